@@ -1,0 +1,66 @@
+"""Shared data contracts: records, tokenizer protocol, batches.
+
+Record (every corpus and user file becomes this):
+  {"id": str, "text": str, "entities": [{"start": int, "end": int, "type": str}]}
+  character offsets into ``text``, ``end`` exclusive; nested/overlapping allowed.
+
+Batch (what `gp_jax.data.pipeline` yields; numpy arrays, B rows, L = bucket length):
+  features[name]   int32 [B, L]  one per ``Tokenizer.feature_names`` (input_ids, ...)
+  attention_mask   int32 [B, L]  1 for every real token (specials included)
+  span_mask        int32 [B, L]  1 for content tokens only (no [CLS]/[SEP], no padding)
+  positions        int32 [B, L]  position of each token in the whole document (RoPE offsets)
+  span_ids         int32 [B, H, K] flat i * L + j of gold spans, -1 padded
+  example_index    int32 [B]     index of the source record in the split, -1 for filler rows
+  window_start     int32 [B]     content-token offset of this window in its record
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol, TypedDict, runtime_checkable
+
+import numpy as np
+
+
+class Entity(TypedDict):
+  start: int
+  end: int
+  type: str
+
+
+class Record(TypedDict):
+  id: str
+  text: str
+  entities: list[Entity]
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoding:
+  """Content tokens of one text (no special tokens, no truncation)."""
+
+  features: dict[str, np.ndarray]  # name -> int32 [n]
+  offsets: np.ndarray  # int32 [n, 2]: character [start, end) of each token in the text
+
+  def __len__(self) -> int:
+    return int(self.offsets.shape[0])
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+  """What the pipeline, training and predict need from a tokenizer."""
+
+  feature_names: tuple[str, ...]  # e.g. ("input_ids", "token_type_ids")
+  pad_values: dict[str, int]  # padding value per feature
+  num_prefix: int  # special tokens added before the content ([CLS] -> 1)
+  num_suffix: int  # special tokens added after the content ([SEP] -> 1)
+
+  def encode(self, text: str) -> Encoding:
+    ...
+
+  def add_special_tokens(self, features: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Wraps content-token features [n] with the specials -> [num_prefix + n + num_suffix]."""
+    ...
+
+  def save(self, directory: str) -> None:
+    """Writes everything `gp_jax.data.tokenize.load_tokenizer(directory)` needs."""
+    ...

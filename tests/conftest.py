@@ -1,0 +1,27 @@
+"""Test setup: 8 fake CPU devices so sharding code runs on one machine."""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "")
+if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
+  os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pathlib  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def shared_data_dir() -> pathlib.Path | None:
+  """`$GP_JAX_SHARED_DATA`, else `../shared/data` beside the repo; None when absent."""
+  env = os.environ.get("GP_JAX_SHARED_DATA")
+  path = pathlib.Path(env) if env else pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
+  return path if path.is_dir() else None
+
+
+@pytest.fixture
+def shared_data():
+  path = shared_data_dir()
+  if path is None:
+    pytest.skip("real corpora not found: set GP_JAX_SHARED_DATA or place shared/data beside the repo")
+  return path
