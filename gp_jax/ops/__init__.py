@@ -1,0 +1,17 @@
+"""Pure jax.numpy GlobalPointer ops: RoPE, span scores, masks, ZLPR losses, decoding."""
+
+from gp_jax.ops.decode import decode_hits, decode_spans
+from gp_jax.ops.losses import sparse_zlpr_loss, zlpr_loss
+from gp_jax.ops.rope import apply_rope
+from gp_jax.ops.spans import masked_fill_value, span_mask, span_scores
+
+__all__ = [
+    "apply_rope",
+    "span_scores",
+    "span_mask",
+    "masked_fill_value",
+    "zlpr_loss",
+    "sparse_zlpr_loss",
+    "decode_spans",
+    "decode_hits",
+]

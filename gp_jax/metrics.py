@@ -1,0 +1,36 @@
+"""Corpus-level span precision / recall / F1."""
+
+from __future__ import annotations
+
+import collections
+from typing import Hashable, Iterable
+
+
+def _prf(tp: int, n_pred: int, n_gold: int) -> dict[str, float]:
+  precision = tp / n_pred if n_pred else 0.0
+  recall = tp / n_gold if n_gold else 0.0
+  f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+  return {"precision": precision, "recall": recall, "f1": f1, "tp": tp, "pred": n_pred, "gold": n_gold}
+
+
+def span_prf(pred: Iterable[tuple[Hashable, int, int, Hashable]], gold: Iterable[tuple[Hashable, int, int, Hashable]]):
+  """Micro P/R/F1 over sets of `(example_id, start, end, type)`, plus per-type figures.
+
+  Counts are pooled over the whole corpus (never averaged per batch). Empty sides give 0.0, not an
+  error. Returns {"precision", "recall", "f1", "tp", "pred", "gold", "per_type": {type: {...}}}.
+  """
+  pred, gold = set(pred), set(gold)
+  tp_set = pred & gold
+  result = _prf(len(tp_set), len(pred), len(gold))
+  counts = collections.defaultdict(lambda: [0, 0, 0])
+  for span in tp_set:
+    counts[span[3]][0] += 1
+  for span in pred:
+    counts[span[3]][1] += 1
+  for span in gold:
+    counts[span[3]][2] += 1
+  result["per_type"] = {t: _prf(*c) for t, c in sorted(counts.items(), key=lambda kv: str(kv[0]))}
+  return result
+
+
+__all__ = ["span_prf"]

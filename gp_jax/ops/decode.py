@@ -1,0 +1,63 @@
+"""Decoding: every (i, j, type) cell with score > threshold inside the mask.
+
+Thresholding runs on device; only the hit coordinates (and scores) travel to the host.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@functools.partial(jax.jit, static_argnames=("size",))
+def _hits(logits, mask, threshold, *, size: int):
+  hit = (logits > threshold) & jnp.broadcast_to(jnp.asarray(mask, bool), logits.shape)
+  count = jnp.sum(hit, dtype=jnp.int32)
+  b, h, i, j = jnp.nonzero(hit, size=size, fill_value=-1)
+  scores = logits[jnp.maximum(b, 0), jnp.maximum(h, 0), jnp.maximum(i, 0), jnp.maximum(j, 0)]
+  return count, jnp.stack([b, h, i, j], axis=-1), scores
+
+
+def decode_hits(logits, *, mask, threshold: float = 0.0, initial_size: int | None = None):
+  """Returns (coords int [N, 4] as (b, type, start, end), scores float [N]) of all hits, on host.
+
+  The device buffer holds `initial_size` hits (default 64 per example); if more cells fire (an
+  untrained model), it retries once with room for all of them. Sizes are powers of two, so only a
+  handful of shapes are ever compiled.
+  """
+  B = logits.shape[0]
+  total = int(np.prod(logits.shape))
+  size = initial_size or 64 * B
+  size = min(total, 1 << max(0, int(size - 1).bit_length()))
+  count, coords, scores = _hits(logits, mask, jnp.float32(threshold), size=size)
+  count = int(count)
+  if count > size:
+    size = min(total, 1 << int(count - 1).bit_length())
+    count, coords, scores = _hits(logits, mask, jnp.float32(threshold), size=size)
+    count = int(count)
+  coords, scores = jax.device_get((coords, scores))
+  return np.asarray(coords[:count]), np.asarray(scores[:count], dtype=np.float32)
+
+
+def decode_spans(logits, *, mask, threshold: float = 0.0, return_scores: bool = False):
+  """Per example, the sorted list of `(start, end, type_id)` spans (end inclusive) with score > threshold.
+
+  Args:
+    logits: `[B, H, L, L]` span scores.
+    mask: bool, broadcastable to logits (`span_mask(...)`).
+    threshold: decision threshold (ZLPR's is 0).
+    return_scores: if True, tuples are `(start, end, type_id, score)`.
+  """
+  coords, scores = decode_hits(logits, mask=mask, threshold=threshold)
+  out: list[list[tuple]] = [[] for _ in range(logits.shape[0])]
+  order = np.lexsort((coords[:, 1], coords[:, 3], coords[:, 2], coords[:, 0])) if len(coords) else []
+  for n in order:
+    b, h, i, j = (int(v) for v in coords[n])
+    out[b].append((i, j, h, float(scores[n])) if return_scores else (i, j, h))
+  return out
+
+
+__all__ = ["decode_spans", "decode_hits"]

@@ -1,0 +1,37 @@
+"""Span scores and span masks for GlobalPointer."""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+
+
+def span_scores(q, k):
+  """`[B, L, H, d]` x2 -> `[B, H, L, L]` with s[b,h,i,j] = q[b,i,h] . k[b,j,h] / sqrt(d), float32."""
+  if q.shape != k.shape or q.ndim != 4:
+    raise ValueError(f"span_scores expects q, k of equal shape [B, L, H, d], got {q.shape} and {k.shape}")
+  d = q.shape[-1]
+  s_BHLL = jnp.einsum("bihd,bjhd->bhij", q, k, preferred_element_type=jnp.float32)
+  return s_BHLL / math.sqrt(d)
+
+
+def span_mask(attention_mask, *, max_span_width: int | None = None):
+  """`[B, L]` {0,1} -> bool `[B, 1, L, L]`: i <= j, both tokens valid, and j - i < max_span_width."""
+  valid_BL = jnp.asarray(attention_mask).astype(bool)
+  length = valid_BL.shape[-1]
+  i = jnp.arange(length)[:, None]
+  j = jnp.arange(length)[None, :]
+  allowed_LL = j >= i
+  if max_span_width is not None:
+    allowed_LL &= (j - i) < max_span_width
+  mask_BLL = valid_BL[:, :, None] & valid_BL[:, None, :] & allowed_LL
+  return mask_BLL[:, None]
+
+
+def masked_fill_value(dtype):
+  """The value written into masked cells: the dtype's most negative finite number (no 1e12)."""
+  return jnp.finfo(dtype).min
+
+
+__all__ = ["span_scores", "span_mask", "masked_fill_value"]

@@ -1,0 +1,90 @@
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from gp_jax.ops import apply_rope
+
+
+def rope_reference(x, positions, base=10000.0):
+  """Loop version of the formula: pair (2t, 2t+1) at position m rotated by m * base**(-2t/d)."""
+  x = np.asarray(x, np.float64)
+  out = np.empty_like(x)
+  d = x.shape[-1]
+  for b in range(x.shape[0]):
+    for l in range(x.shape[1]):
+      m = positions[b][l]
+      for t in range(d // 2):
+        theta = m * base ** (-2 * t / d)
+        c, s = math.cos(theta), math.sin(theta)
+        a, bb = x[b, l, ..., 2 * t], x[b, l, ..., 2 * t + 1]
+        out[b, l, ..., 2 * t] = a * c - bb * s
+        out[b, l, ..., 2 * t + 1] = bb * c + a * s
+  return out
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 8), (2, 4, 3, 6)])
+def test_matches_reference_default_positions(shape):
+  x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+  positions = [list(range(shape[1]))] * shape[0]
+  np.testing.assert_allclose(apply_rope(jnp.asarray(x)), rope_reference(x, positions), rtol=1e-5, atol=1e-5)
+
+
+def test_matches_reference_with_batch_offsets():
+  x = np.random.default_rng(1).normal(size=(2, 4, 2, 8)).astype(np.float32)
+  positions = np.array([[7, 8, 9, 10], [100, 101, 102, 103]])
+  out = apply_rope(jnp.asarray(x), positions=jnp.asarray(positions))
+  np.testing.assert_allclose(out, rope_reference(x, positions), rtol=1e-4, atol=1e-4)
+  # [L] positions broadcast over the batch.
+  out1 = apply_rope(jnp.asarray(x), positions=jnp.arange(4) + 5)
+  np.testing.assert_allclose(out1, rope_reference(x, [[5, 6, 7, 8]] * 2), rtol=1e-5, atol=1e-5)
+
+
+def test_norm_preserved():
+  x = jax.random.normal(jax.random.key(0), (3, 17, 4, 16))
+  np.testing.assert_allclose(jnp.linalg.norm(apply_rope(x), axis=-1), jnp.linalg.norm(x, axis=-1), rtol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(0, 2000), n=st.integers(0, 2000), shift=st.integers(-500, 500))
+def test_relative_property(m, n, shift):
+  """rope(q, m) . rope(k, n) depends only on n - m."""
+  rng = np.random.default_rng(m * 7 + n)
+  q = rng.normal(size=(1, 1, 32)).astype(np.float32)
+  k = rng.normal(size=(1, 1, 32)).astype(np.float32)
+
+  def dot(a, b):
+    rq = apply_rope(jnp.asarray(q), positions=jnp.array([a]))
+    rk = apply_rope(jnp.asarray(k), positions=jnp.array([b]))
+    return float(jnp.sum(rq * rk))
+
+  m2, n2 = m + abs(shift), n + abs(shift)
+  assert dot(m, n) == pytest.approx(dot(m2, n2), rel=1e-3, abs=1e-3)
+
+
+def test_scores_change_with_offset():
+  q = jnp.asarray(np.random.default_rng(3).normal(size=(1, 1, 32)), jnp.float32)
+  dots = [float(jnp.sum(apply_rope(q, positions=jnp.array([0])) * apply_rope(q, positions=jnp.array([r]))))
+          for r in range(4)]
+  assert len({round(v, 4) for v in dots}) == 4
+
+
+def test_bf16_keeps_dtype_and_is_close():
+  x = jax.random.normal(jax.random.key(1), (2, 64, 8))
+  out16 = apply_rope(x.astype(jnp.bfloat16), positions=jnp.arange(64) + 3000)
+  assert out16.dtype == jnp.bfloat16
+  np.testing.assert_allclose(out16.astype(jnp.float32), apply_rope(x, positions=jnp.arange(64) + 3000), atol=5e-2)
+
+
+def test_long_sequences_no_position_cap():
+  x = jnp.ones((1, 4096, 8))
+  out = apply_rope(x)
+  assert out.shape == x.shape and bool(jnp.all(jnp.isfinite(out)))
+
+
+def test_rejects_odd_dim():
+  with pytest.raises(ValueError, match="even"):
+    apply_rope(jnp.ones((1, 2, 3)))
