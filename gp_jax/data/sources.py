@@ -1,0 +1,115 @@
+"""Records for a training config: corpora, user files, or a synthetic nested-span task."""
+
+from __future__ import annotations
+
+import logging
+import random
+import string
+
+from gp_jax.data.types import Record
+
+log = logging.getLogger(__name__)
+
+SYNTHETIC_TYPES = ("BOX", "NUM", "CAP")
+
+
+def synthetic_records(n: int, *, seed: int, prefix: str = "syn") -> list[Record]:
+  """Short texts with nested spans: BOX = "[...]" that may hold a NUM (digits) and CAP (capital words)."""
+  rng = random.Random(seed)
+  records = []
+
+  def word():
+    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 5)))
+
+  for r in range(n):
+    text, ents = "", []
+
+    def add(piece, etype=None):
+      nonlocal text
+      start = len(text)
+      text += piece
+      if etype:
+        ents.append({"start": start, "end": len(text), "type": etype})
+      return start
+
+    for _ in range(rng.randint(2, 6)):
+      if text:
+        add(" ")
+      kind = rng.random()
+      if kind < 0.2:
+        add(str(rng.randint(10, 99999)), "NUM")
+      elif kind < 0.35:
+        add(word().capitalize(), "CAP")
+      elif kind < 0.55:
+        start = add("[")
+        for k in range(rng.randint(1, 3)):
+          if k:
+            add(" ")
+          inner = rng.random()
+          if inner < 0.4:
+            add(str(rng.randint(10, 999)), "NUM")
+          elif inner < 0.6:
+            add(word().capitalize(), "CAP")
+          else:
+            add(word())
+        add("]")
+        ents.append({"start": start, "end": len(text), "type": "BOX"})
+      else:
+        add(word())
+    records.append({"id": f"{prefix}-{r}", "text": text, "entities": sorted(ents, key=lambda e: (e["start"], e["end"]))})
+  return records
+
+
+def _split_off(records: list[Record], fraction: float, seed: int) -> tuple[list[Record], list[Record]]:
+  order = list(range(len(records)))
+  random.Random(seed).shuffle(order)
+  n_dev = max(1, int(round(len(records) * fraction))) if records else 0
+  dev_ids = set(order[:n_dev])
+  return [r for i, r in enumerate(records) if i not in dev_ids], [r for i, r in enumerate(records) if i in dev_ids]
+
+
+def load_records(data_cfg, *, seed: int = 0):
+  """Returns (train, dev, test, types); test is [] when the config has none."""
+  name = data_cfg.name
+  if name == "synthetic":
+    n = int(data_cfg.synthetic_records)
+    train = synthetic_records(n, seed=seed, prefix="train")
+    dev = synthetic_records(max(1, n // 4), seed=seed + 1, prefix="dev")
+    test = synthetic_records(max(1, n // 4), seed=seed + 2, prefix="test")
+    types = list(SYNTHETIC_TYPES)
+  elif name in ("jsonl", "conll"):
+    from gp_jax.data import read_conll, read_jsonl
+
+    if not data_cfg.train_file:
+      raise ValueError(f"data.name={name!r} needs data.train_file")
+
+    def read(path):
+      if name == "jsonl":
+        return list(read_jsonl(path, strict=data_cfg.strict))
+      return list(read_conll(path, scheme=data_cfg.conll_scheme or None, strict=data_cfg.strict))
+
+    train = read(data_cfg.train_file)
+    if data_cfg.dev_file:
+      dev = read(data_cfg.dev_file)
+    else:
+      train, dev = _split_off(train, data_cfg.dev_fraction, seed=1234)
+      log.info("No dev_file: %d training records held out as dev (fraction %.3f)", len(dev), data_cfg.dev_fraction)
+    test = read(data_cfg.test_file) if data_cfg.test_file else []
+    types = sorted({e["type"] for r in train for e in r["entities"]})
+  else:
+    from gp_jax.data import corpus_types, load_split
+
+    kw = dict(manual_dir=data_cfg.manual_dir or None, data_dir=data_cfg.tfds_dir or None)
+    train = list(load_split(name, data_cfg.train_split, **kw))
+    dev = list(load_split(name, data_cfg.dev_split, **kw)) if data_cfg.dev_split else []
+    test = list(load_split(name, data_cfg.test_split, **kw)) if data_cfg.test_split else []
+    types = list(corpus_types(name))
+  if data_cfg.max_train_records:
+    train = train[: data_cfg.max_train_records]
+  if data_cfg.max_eval_records:
+    dev, test = dev[: data_cfg.max_eval_records], test[: data_cfg.max_eval_records]
+  if not train:
+    raise ValueError(f"data.name={name!r}: the training split is empty")
+  log.info("Data %s: %d train / %d dev / %d test records, %d types %s", name, len(train), len(dev), len(test),
+           len(types), types)
+  return train, dev, test, types
