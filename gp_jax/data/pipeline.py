@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -136,46 +135,66 @@ def _ptr(counts: np.ndarray) -> np.ndarray:
 
 
 def _align(token_ptr, offsets_T2, ent_record, ent_char_E2):
-  """Content tokens (first starting at entity.start, last ending at entity.end), -1 if none."""
+  """Per entity: (first content token starting at entity.start, last ending at entity.end).
+
+  -1 when either is missing or they cross (misaligned); zero-width tokens are skipped. Same rule
+  as `gp_jax.data.tokenize.char_to_token_spans`, vectorised over the split.
+  """
   E = ent_record.shape[0]
   tok_E2 = np.full((E, 2), -1, np.int64)
-  if E == 0 or offsets_T2.shape[0] == 0:
+  real = np.nonzero(offsets_T2[:, 1] > offsets_T2[:, 0])[0]  # tokens that cover characters
+  if E == 0 or real.size == 0:
     return tok_E2
   R = token_ptr.shape[0] - 1
-  n_R = np.diff(token_ptr)
-  tok_record = np.repeat(np.arange(R, dtype=np.int64), n_R)
-  span = int(max(offsets_T2.max(), ent_char_E2.max(), 0)) + 2
-  key_start = tok_record * span + offsets_T2[:, 0]
-  key_end = tok_record * span + offsets_T2[:, 1]
+  tok_record = np.repeat(np.arange(R, dtype=np.int64), np.diff(token_ptr))[real]
+  off = offsets_T2[real].astype(np.int64)
+  span = int(max(off.max(), ent_char_E2.max(), 0)) + 2
+  key_start = tok_record * span + off[:, 0]
+  key_end = tok_record * span + off[:, 1]
   ent_key = ent_record.astype(np.int64)[:, None] * span + ent_char_E2
   if np.all(np.diff(key_start) >= 0) and np.all(np.diff(key_end) >= 0):
     # Offsets are monotone within records: one global binary search.
     s = np.searchsorted(key_start, ent_key[:, 0], side="left")
     e = np.searchsorted(key_end, ent_key[:, 1], side="right") - 1
-    s_ok = (s < key_start.shape[0]) & (key_start[np.minimum(s, key_start.shape[0] - 1)] == ent_key[:, 0])
+    s_ok = (s < real.size) & (key_start[np.minimum(s, real.size - 1)] == ent_key[:, 0])
     e_ok = (e >= 0) & (key_end[np.maximum(e, 0)] == ent_key[:, 1])
-    tok_E2[:, 0] = np.where(s_ok, s, -1)
-    tok_E2[:, 1] = np.where(e_ok, e, -1)
+    tok_E2[:, 0] = np.where(s_ok, real[np.minimum(s, real.size - 1)], -1)
+    tok_E2[:, 1] = np.where(e_ok, real[np.maximum(e, 0)], -1)
   else:
     # Unusual tokenizer (offsets not monotone): per-record dictionaries.
     for r in np.unique(ent_record):
-      a = int(token_ptr[r])
-      off = offsets_T2[a:int(token_ptr[r + 1])]
-      first = {}
-      last = {}
-      for t in range(off.shape[0]):
-        first.setdefault(int(off[t, 0]), t)
-        last[int(off[t, 1])] = t
-      for e_i in np.nonzero(ent_record == r)[0]:
-        s_t = first.get(int(ent_char_E2[e_i, 0]))
-        e_t = last.get(int(ent_char_E2[e_i, 1]))
-        if s_t is not None and e_t is not None:
-          tok_E2[e_i] = (a + s_t, a + e_t)
+      a, b = int(token_ptr[r]), int(token_ptr[r + 1])
+      first, last = {}, {}
+      for t, (cs, ce) in enumerate(offsets_T2[a:b].tolist()):
+        if ce > cs:
+          first.setdefault(cs, a + t)
+          last[ce] = a + t
+      for i in np.nonzero(ent_record == r)[0]:
+        tok_E2[i] = (first.get(int(ent_char_E2[i, 0]), -1), last.get(int(ent_char_E2[i, 1]), -1))
   found = (tok_E2 >= 0).all(1) & (tok_E2[:, 0] <= tok_E2[:, 1])
-  found &= ent_char_E2[:, 0] < ent_char_E2[:, 1]
   # Back to per-record content indices.
-  base = token_ptr[ent_record]
-  return np.where(found[:, None], tok_E2 - base[:, None], -1)
+  return np.where(found[:, None], tok_E2 - token_ptr[ent_record][:, None], -1)
+
+
+_ENCODE_CHUNK = 4096  # texts per encode_batch call
+
+
+def _encode_all(records: Iterable[Record], tokenizer):
+  """Yields (record, Encoding); uses the tokenizer's `encode_batch` when it has one."""
+  batch_fn = getattr(tokenizer, "encode_batch", None)
+  chunk = _ENCODE_CHUNK
+  if batch_fn is None:
+    for rec in records:
+      yield rec, tokenizer.encode(rec["text"])
+    return
+  buf = []
+  for rec in records:
+    buf.append(rec)
+    if len(buf) == chunk:
+      yield from zip(buf, batch_fn([r["text"] for r in buf]), strict=True)
+      buf = []
+  if buf:
+    yield from zip(buf, batch_fn([r["text"] for r in buf]), strict=True)
 
 
 def prepare_split(
@@ -193,7 +212,8 @@ def prepare_split(
   A window holds W = max_len - num_prefix - num_suffix content tokens; consecutive windows start
   `stride` (default W // 2) apart and the last one ends at the text end. Entities whose char
   bounds are not token bounds are counted as misaligned and kept only in the gold set.
-  Raises ValueError on an entity type not in `types`.
+  Raises ValueError on an entity type not in `types`. Uses `tokenizer.encode_batch(texts)` when
+  the tokenizer has it (e.g. CharTokenizer), else `encode` per text.
   """
   types = tuple(types)
   type_to_id = {t: i for i, t in enumerate(types)}
@@ -214,10 +234,9 @@ def prepare_split(
   record_ids, n_list, offsets_list = [], [], []
   feats_list = {k: [] for k in names}
   ent_record, ent_char, ent_type = [], [], []
-  for r, rec in enumerate(records):
+  for r, (rec, enc) in enumerate(_encode_all(records, tokenizer)):
     rid = str(rec.get("id", r))
     record_ids.append(rid)
-    enc = tokenizer.encode(rec["text"])
     off = np.asarray(enc.offsets, np.int32).reshape(-1, 2)
     n_list.append(off.shape[0])
     offsets_list.append(off)
@@ -278,7 +297,7 @@ def prepare_split(
   held = np.zeros(E, bool)
   held[pair_e] = True
   status[cand[~held[cand]]] = LOST
-  off_w = - window_start[pair_w]
+  off_w = P - window_start[pair_w]
   sp_start, sp_end, sp_type = tok_E2[pair_e, 0] + off_w, tok_E2[pair_e, 1] + off_w, ent_type[pair_e]
   order = np.lexsort((sp_end, sp_start, sp_type, pair_w))
   spans_S3 = np.stack([sp_start, sp_end, sp_type], 1)[order].astype(np.int32).reshape(-1, 3)

@@ -4,14 +4,15 @@ Record (every corpus and user file becomes this):
   {"id": str, "text": str, "entities": [{"start": int, "end": int, "type": str}]}
   character offsets into ``text``, ``end`` exclusive; nested/overlapping allowed.
 
-Batch (what `gp_jax.data.pipeline` yields; numpy arrays, B rows, L = bucket length):
-  features[name]   int32 [B, L]  one per ``Tokenizer.feature_names`` (input_ids, ...)
-  attention_mask   int32 [B, L]  1 for every real token (specials included)
-  span_mask        int32 [B, L]  1 for content tokens only (no [CLS]/[SEP], no padding)
-  positions        int32 [B, L]  position of each token in the whole document (RoPE offsets)
-  span_ids         int32 [B, H, K] flat i * L + j of gold spans, -1 padded
-  example_index    int32 [B]     index of the source record in the split, -1 for filler rows
-  window_start     int32 [B]     content-token offset of this window in its record
+Batch (what `gp_jax.data.pipeline` yields; numpy arrays, B rows of this process, L = bucket length):
+  features         dict name -> int32 [B, L], one per ``Tokenizer.feature_names`` (input_ids, ...)
+  attention_mask   int32 [B, L]    1 for every real token (specials included)
+  span_mask        int32 [B, L]    1 for content tokens only (no [CLS]/[SEP], no padding)
+  positions        int32 [B, L]    document position of each token (RoPE offsets); 0 on padding
+  span_ids         int32 [B, H, L] flat i * L + j of gold spans (K = L), -1 padded
+  example_index    int32 [B]       index of the source record in the split, -1 for filler rows
+  window_start     int32 [B]       content-token offset of this window in its record (0 on filler)
+  window_index     int32 [B]       index of the window in the PreparedSplit, -1 for filler rows
 """
 
 from __future__ import annotations

@@ -203,6 +203,87 @@ def test_word_alignment_counts_misaligned_and_never_moves():
   assert p.record_offsets(0).tolist() == [[0, 3], [4, 8], [9, 11], [12, 15]]
 
 
+class ZeroWidthTok(CharTok):
+  """CharTok plus a zero-width (b, b) token after every "c" at [a, b) (skipped by alignment)."""
+
+  def encode(self, text: str) -> Encoding:
+    enc = super().encode(text)
+    ids, offs = [], []
+    for i, (a, b) in zip(enc.features["input_ids"].tolist(), enc.offsets.tolist()):
+      ids.append(i)
+      offs.append((a, b))
+      if text[a] == "c":
+        ids.append(99)
+        offs.append((b, b))
+    ids = np.array(ids, np.int32)
+    return Encoding({"input_ids": ids, "aux_ids": ids % 5 + 10}, np.array(offs, np.int32).reshape(-1, 2))
+
+
+class EchoTok(ZeroWidthTok):
+  """ZeroWidthTok plus, after every "a", a copy of the previous token: offsets are not monotone."""
+
+  def encode(self, text: str) -> Encoding:
+    enc = super().encode(text)
+    ids, offs = [], []
+    for i, (a, b) in zip(enc.features["input_ids"].tolist(), enc.offsets.tolist()):
+      prev = offs[-1] if offs else None
+      ids.append(i)
+      offs.append((a, b))
+      if a < b and text[a] == "a" and prev is not None:
+        ids.append(98)
+        offs.append(prev)
+    ids = np.array(ids, np.int32)
+    return Encoding({"input_ids": ids, "aux_ids": ids % 5 + 10}, np.array(offs, np.int32).reshape(-1, 2))
+
+
+@pytest.mark.parametrize("odd_tok", [ZeroWidthTok, EchoTok])
+def test_alignment_with_zero_width_and_non_monotone_offsets(odd_tok):
+  records = random_records(5, n=30)
+  for r in records:
+    r["text"] = r["text"].replace("d", "c")
+  a = pipeline.prepare_split(records, CharTok(), types=TYPES, max_len=400)
+  b = pipeline.prepare_split(records, odd_tok(), types=TYPES, max_len=400)
+  assert b.stats.tokens > a.stats.tokens
+  np.testing.assert_array_equal(a.entity_status, b.entity_status)
+  merged = []
+  for p in (a, b):
+    hits = [(w, s, e, t, 1.0) for w in range(p.num_windows) for s, e, t in p.window_spans(w).tolist()]
+    merged.append(pipeline.prediction_spans(pipeline.merge_predictions(p, hits)))
+  assert merged[0] == merged[1] and len(merged[0]) == a.stats.targets
+
+
+@pytest.mark.parametrize("tok", [CharTok(), WordTok(), ZeroWidthTok(), EchoTok()])
+def test_alignment_agrees_with_tokenize_module(tok):
+  tokenize = pytest.importorskip("gp_jax.data.tokenize")
+  records = random_records(6, n=40)
+  p = pipeline.prepare_split(records, tok, types=TYPES, max_len=400)
+  type_to_id = {t: i for i, t in enumerate(TYPES)}
+  for r, rec in enumerate(records):
+    spans, misaligned = tokenize.char_to_token_spans(tok.encode(rec["text"]).offsets, rec["entities"],
+                                                     type_to_id=type_to_id)
+    mine = p.entity_record == r
+    got = [(s, e, t) for (s, e), t in zip(p.entity_token_E2[mine].tolist(), p.entity_type[mine].tolist())
+           if s >= 0]
+    assert got == spans
+    assert int((p.entity_status[mine] == pipeline.MISALIGNED).sum()) == len(misaligned)
+
+
+def test_char_tokenizer_encode_batch_path(monkeypatch):
+  ct = pytest.importorskip("gp_jax.data.char_tokenizer")
+  monkeypatch.setattr(pipeline, "_ENCODE_CHUNK", 7)  # several encode_batch calls
+  records = random_records(7, n=50)
+  tok = ct.CharTokenizer.build([r["text"] for r in records])
+  p = pipeline.prepare_split(records, tok, types=TYPES, max_len=16, stride=5)
+  for w in (0, p.num_windows // 2, p.num_windows - 1):
+    r, ws, n = int(p.window_record[w]), int(p.window_start[w]), int(p.window_content_len[w])
+    enc = tok.encode(records[r]["text"])
+    for k, v in p.window_token_features(w).items():
+      np.testing.assert_array_equal(v, enc.features[k][ws:ws + n])
+  ref = pipeline.prepare_split(records, CharTok(False), types=TYPES, max_len=16, stride=5)
+  np.testing.assert_array_equal(p.spans_S3, ref.spans_S3)
+  assert p.stats == ref.stats
+
+
 def test_empty_records_and_errors():
   recs = [{"id": "e", "text": "   ", "entities": [{"start": 0, "end": 1, "type": "PER"}]},
           {"id": "f", "text": "ab", "entities": []}]
