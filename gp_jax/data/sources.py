@@ -14,7 +14,10 @@ SYNTHETIC_TYPES = ("BOX", "NUM", "CAP")
 
 
 def synthetic_records(n: int, *, seed: int, prefix: str = "syn") -> list[Record]:
-  """Short texts with nested spans: BOX = "[...]" that may hold a NUM (digits) and CAP (capital words)."""
+  """Short texts with nested spans: BOX = "[...]" that may hold NUM (digits) and CAP (capitalised words).
+
+  Words are joined with "_" (not spaces) so that a tokenizer that drops whitespace still sees the boundaries.
+  """
   rng = random.Random(seed)
   records = []
 
@@ -34,7 +37,7 @@ def synthetic_records(n: int, *, seed: int, prefix: str = "syn") -> list[Record]
 
     for _ in range(rng.randint(2, 6)):
       if text:
-        add(" ")
+        add("_")
       kind = rng.random()
       if kind < 0.2:
         add(str(rng.randint(10, 99999)), "NUM")
@@ -44,7 +47,7 @@ def synthetic_records(n: int, *, seed: int, prefix: str = "syn") -> list[Record]
         start = add("[")
         for k in range(rng.randint(1, 3)):
           if k:
-            add(" ")
+            add("_")
           inner = rng.random()
           if inner < 0.4:
             add(str(rng.randint(10, 999)), "NUM")
