@@ -1,0 +1,28 @@
+"""Data: corpora (TFDS builders), readers for user files, shared contracts (types.py).
+
+Imports are lazy so that `import gp_jax.data` does not pull in tensorflow_datasets.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__all__ = ["load_split", "corpus_types", "read_jsonl", "read_conll", "DataError"]
+
+_WHERE = {
+    "load_split": "gp_jax.data.corpora",
+    "corpus_types": "gp_jax.data.corpora",
+    "read_jsonl": "gp_jax.data.readers",
+    "read_conll": "gp_jax.data.readers",
+    "DataError": "gp_jax.data.readers",
+}
+
+
+def __getattr__(name: str):
+  if name in _WHERE:
+    return getattr(importlib.import_module(_WHERE[name]), name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted(list(globals()) + __all__)

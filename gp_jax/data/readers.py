@@ -44,6 +44,7 @@ class ReadReport:
   entities: int = 0
   skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
   repairs: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  repaired: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)  # record id -> its repairs
   errors: list[str] = dataclasses.field(default_factory=list)  # first few skip messages
   scheme: str | None = None  # CoNLL only: the scheme used (given or detected)
 
@@ -75,7 +76,7 @@ class ReadReport:
   def as_dict(self) -> dict[str, Any]:
     return {
         "records": self.records, "entities": self.entities, "scheme": self.scheme,
-        "skipped": dict(self.skipped), "repairs": dict(self.repairs),
+        "skipped": dict(self.skipped), "repairs": dict(self.repairs), "repaired_records": len(self.repaired),
     }
 
 
@@ -183,9 +184,11 @@ def _cluener_entities(obj: dict, text: str, where: str, line: int) -> list[Entit
   return out
 
 
-def read_jsonl(source: PathOrFile, *, strict: bool = True, allow_unlabelled: bool = False,
+def read_jsonl(path: PathOrFile, *, strict: bool = True, allow_unlabelled: bool = False,
                id_prefix: str | None = None, name: str | None = None) -> Records:
   """Reads JSON lines in the Record format or the CLUENER format, per line.
+
+  path: a file path or an open text file (then `name` names it in messages).
 
   Record: {"text", "entities": [{"start", "end", "type"[, "text"]}]} (end exclusive).
   CLUENER: {"text", "label": {type: {entity_text: [[start, end], ...]}}} (end inclusive).
@@ -193,7 +196,7 @@ def read_jsonl(source: PathOrFile, *, strict: bool = True, allow_unlabelled: boo
   (then it gets no entities). "id" is kept when present (as str), else
   f"{id_prefix}-{n}" with n the 0-based record number in the file. Blank lines are ignored.
   """
-  f, where, owned = _open(source, name)
+  f, where, owned = _open(path, name)
   prefix = id_prefix or os.path.splitext(os.path.basename(where))[0]
   report = ReadReport(where)
   records: list[Record] = []
@@ -294,10 +297,12 @@ def _conll_sentences(f: TextIO, where: str, *, token_col: int, tag_cols: Sequenc
     yield cur
 
 
-def read_conll(source: PathOrFile, *, scheme: str | None = None, strict: bool = True, token_col: int = 0,
+def read_conll(path: PathOrFile, *, scheme: str | None = None, strict: bool = True, token_col: int = 0,
                tag_cols: Sequence[int] | None = None, sep: str | None = None, joiner: str = " ",
                id_prefix: str | None = None, name: str | None = None) -> Records:
   """Reads token-per-line columns, blank line between sentences, into Records.
+
+  path: a file path or an open text file (then `name` names it in messages).
 
   token_col: column of the token; tag_cols: columns of tags, one per nesting level
   (default: the last column); sep: column separator (default: runs of spaces/tabs).
@@ -306,7 +311,7 @@ def read_conll(source: PathOrFile, *, scheme: str | None = None, strict: bool = 
   tokens joined by `joiner` (" " for words, "" for Chinese characters); entities are
   character offsets into it, sorted by (start, end, type). Ids are f"{id_prefix}-{n}".
   """
-  f, where, owned = _open(source, name)
+  f, where, owned = _open(path, name)
   prefix = id_prefix or os.path.splitext(os.path.basename(where))[0]
   report = ReadReport(where)
   try:
@@ -328,7 +333,7 @@ def read_conll(source: PathOrFile, *, scheme: str | None = None, strict: bool = 
     try:
       if sent.error is not None:
         raise sent.error
-      records.append(_conll_record(sent, scheme, joiner, f"{prefix}-{n}", where, report.repairs))
+      records.append(_conll_record(sent, scheme, joiner, f"{prefix}-{n}", where, report))
     except DataError as e:
       if strict:
         raise
@@ -363,8 +368,7 @@ def _detect(sentences: list[_Sentence], where: str) -> str:
                     f"{e} ({lines}): expected one scheme per file (pass scheme=)", reason="unknown_scheme") from None
 
 
-def _conll_record(sent: _Sentence, scheme: str, joiner: str, rid: str, where: str,
-                  repairs: collections.Counter) -> Record:
+def _conll_record(sent: _Sentence, scheme: str, joiner: str, rid: str, where: str, report: ReadReport) -> Record:
   # Character offset of each token in the joined text.
   starts, pos = [], 0
   for tok in sent.tokens:
@@ -381,5 +385,7 @@ def _conll_record(sent: _Sentence, scheme: str, joiner: str, rid: str, where: st
     for a, b, kind in spans:
       entities.append(Entity(start=starts[a], end=starts[b - 1] + len(sent.tokens[b - 1]), type=kind))
   entities.sort(key=lambda e: (e["start"], e["end"], e["type"]))
-  repairs.update(local)
+  if local:
+    report.repairs.update(local)
+    report.repaired[rid] = dict(local)
   return Record(id=rid, text=text, entities=entities)

@@ -9,6 +9,7 @@ in BIOES/BMES (no E-) ends at its last token. Each such repair is counted in a
   type_mismatch        I-/M-/E- of type Y while an entity of type X is open
   unterminated         BIOES/BMES entity closed without E- (by O, B-, S-, another type, the end)
 
+In IOB1 an I- may begin an entity, so there it is never counted.
 Counts are of tags, not entities: an orphan M- followed by O counts once in each of
 the first and last keys. Spans are (start, end, type) over token indices, end exclusive.
 """
@@ -115,7 +116,8 @@ def tags_to_spans(tags: Sequence[str], scheme: str, *, repairs: collections.Coun
       close(i, proper=False)
       start, kind = i, t
     elif start < 0 or kind != t:  # I-/M-/E- that continues nothing
-      repairs["orphan_continuation" if start < 0 else "type_mismatch"] += 1
+      if scheme != "IOB1":  # in IOB1 an I- may begin an entity
+        repairs["orphan_continuation" if start < 0 else "type_mismatch"] += 1
       close(i, proper=False)
       start, kind = i, t
     if prefix in "ES":

@@ -41,7 +41,8 @@ def read_member(path: str | os.PathLike, member: str) -> tuple[io.StringIO, str]
     try:
       data = zf.read(member)
     except KeyError:
-      raise readers.DataError(os.fspath(path), None, f"no member {member!r} in the zip", reason="missing_file") from None
+      raise readers.DataError(os.fspath(path), None, f"no member {member!r} in the zip",
+                              reason="missing_file") from None
   try:
     return io.StringIO(data.decode("utf-8-sig"), newline=None), name
   except UnicodeDecodeError as e:
@@ -117,7 +118,10 @@ class CorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     return {split: self._generate_examples(records) for split, records in splits.items()}
 
   def _check(self, split: str, records: readers.Records) -> None:
-    """Every type in the label set, ids unique, offsets valid."""
+    """Not empty, every type in the label set, ids unique, offsets valid."""
+    if not records:
+      raise readers.DataError(records.report.path, None, f"split {split} of {self.CORPUS} has no records: "
+                              "expected at least one", reason="empty_split")
     seen, ids = collections.Counter(), set()
     for r in records:
       if r["id"] in ids:
