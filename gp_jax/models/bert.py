@@ -169,6 +169,10 @@ class Bert(nnx.Module):
   def position_ids(self, input_ids_BL: jax.Array) -> jax.Array:
     """0..L-1 for BERT; for RoBERTa cumsum(non-pad) + pad id on real tokens, pad id on padding."""
     B, L = input_ids_BL.shape
+    offset = self.config.pad_token_id + 1 if self.config.model_type == "roberta" else 0
+    if L + offset > self.config.max_position_embeddings:
+      raise ValueError(f"sequence length {L} exceeds the {self.config.max_position_embeddings - offset} "
+                       "positions this encoder was trained with")
     if self.config.model_type == "roberta":
       pad = self.config.pad_token_id
       real_BL = (input_ids_BL != pad).astype(jnp.int32)
@@ -309,10 +313,29 @@ def load_pretrained(path_or_name: str | os.PathLike, *, dtype=jnp.float32) -> Be
   weights = {}
   for f in files:
     weights.update(load_file(str(f)))
-  model = Bert(config, dtype=dtype, rngs=nnx.Rngs(0))
+  # Shapes only (no random init), then checkpoint values and fresh dropout keys.
+  model = nnx.eval_shape(lambda: Bert(config, dtype=dtype, rngs=nnx.Rngs(0)))
   load_weights(model, weights)
+  _init_rng_state(model, seed=0)
   model.eval()
   return model
+
+
+def _init_rng_state(model: nnx.Module, *, seed: int) -> None:
+  """Gives the (abstract) non-parameter variables of `model` values: a distinct key per RNG stream."""
+  base = jax.random.key(seed)
+  for i, (path, var) in enumerate(nnx.iter_graph(model)):
+    if not isinstance(var, nnx.Variable) or isinstance(var, nnx.Param):
+      continue
+    value = var.value
+    if not isinstance(value, jax.ShapeDtypeStruct):
+      continue
+    if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+      var.value = jax.random.fold_in(base, i)
+    elif isinstance(var, nnx.RngCount):
+      var.value = jnp.zeros(value.shape, value.dtype)
+    else:
+      raise ValueError(f"no value for non-parameter variable {path} ({type(var).__name__})")
 
 
 def _resolve(path_or_name: str | os.PathLike) -> pathlib.Path:
