@@ -68,7 +68,8 @@ def train_step(state, batch, *, graphdef, rest, tx, loss_kind, max_span_width, n
   rest = nnx.split(seeded, nnx.Param, ...)[2]
 
   def loss_fn(params):
-    model = nnx.merge(graphdef, nnx.State(params), rest)
+    # copy=True: fresh Variables in this trace (the RNG counters dropout advances were made outside it).
+    model = nnx.merge(graphdef, nnx.State(params), rest, copy=True)
     model.train()
     logits = model(batch)
     return compute_loss(logits, batch, loss_kind=loss_kind, max_span_width=max_span_width)
@@ -83,13 +84,19 @@ def train_step(state, batch, *, graphdef, rest, tx, loss_kind, max_span_width, n
   return new_state, metrics
 
 
-def eval_step(params, batch, *, graphdef, rest, max_span_width, size: int):
-  """Logits -> hits on device; returns (count, [size, 4] (window, start, end, type), scores [size])."""
+def eval_step(params, batch, *, graphdef, rest, max_span_width, size: int, hit_sharding=None):
+  """Logits -> hits on device; returns (count, [size, 4] (window, start, end, type), scores [size]).
+
+  `hit_sharding`: a replicated sharding of the mesh. `jnp.nonzero` on a batch-sharded mask partitions very
+  badly (seconds per batch on 8 CPU devices); gathering the boolean mask first makes it a local op.
+  """
   model = nnx.merge(graphdef, nnx.State(params), rest)
   model.eval()
   logits = model(batch)
   mask = span_mask(batch["span_mask"], max_span_width=max_span_width)
   hit = (logits > 0) & mask
+  if hit_sharding is not None:
+    hit = jax.lax.with_sharding_constraint(hit, hit_sharding)
   count = jnp.sum(hit, dtype=jnp.int32)
   b, h, i, j = jnp.nonzero(hit, size=size, fill_value=0)
   scores = logits[b, h, i, j]
@@ -189,7 +196,8 @@ def make_eval_fn(setup: Setup):
   def run(params, batch, size):
     if size not in cache:
       fn = functools.partial(eval_step, graphdef=setup.graphdef, rest=setup.rest,
-                             max_span_width=setup.config.data.max_span_width or None, size=size)
+                             max_span_width=setup.config.data.max_span_width or None, size=size,
+                             hit_sharding=shd.replicated(setup.mesh))
       cache[size] = jax.jit(fn, out_shardings=shd.replicated(setup.mesh))
     return cache[size](params, batch)
 
@@ -266,8 +274,12 @@ def _setup_logging(workdir: str, is_main: bool):
   if not any(isinstance(h, logging.StreamHandler) for h in root.handlers):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
   root.setLevel(logging.INFO if is_main else logging.WARNING)
+  for h in [h for h in root.handlers if getattr(h, "_gp_jax_train_log", False)]:  # an earlier run in this process
+    root.removeHandler(h)
+    h.close()
   if is_main:
     fh = logging.FileHandler(os.path.join(workdir, "train.log"))
+    fh._gp_jax_train_log = True
     fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(fh)
   for noisy in ("absl", "orbax", "jax._src"):
@@ -327,6 +339,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
   config_json = config.to_json_best_effort(sort_keys=True)
 
   splits, tokenizer, types = prepare_data(config, workdir)
+  if jax.process_count() > 1:
+    # Every process has read (or built) the tokenizer before process 0 (re)writes it into the shared workdir.
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices("gp_jax.train: data prepared")
   if is_main:
     tokenizer.save(os.path.join(workdir, "tokenizer"))
     with open(os.path.join(workdir, "types.json"), "w") as f:
@@ -430,6 +447,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         rates = {"tokens_per_s": tokens * jax.process_count() / dt, "examples_per_s": examples * jax.process_count() / dt}
         writer.write(p_step, "train", {"loss": loss, "grad_norm": float(p_metrics["grad_norm"]),
                                        "lr": float(lr_sched(p_step)), "epoch": p_step / steps_per_epoch, **rates})
+        log.info("step %d train loss %.4f", p_step, loss)
         bar.set_postfix(loss=f"{loss:.4f}", dev_f1=f"{last_dev:.4f}" if last_dev is not None else "-",
                         tok_s=f"{rates['tokens_per_s']:.0f}")
         tokens = examples = 0

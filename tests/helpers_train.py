@@ -1,0 +1,291 @@
+"""Shared helpers for the training tests: tiny configs, subprocess runs, checkpoint reading, one trained workdir.
+
+Also a worker for tests/test_multihost.py: `python -m tests.helpers_train worker ...` runs
+`train.train_and_evaluate` as one process of a `jax.distributed` job.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG_FILE = os.path.join(REPO, "experiments", "synthetic.py")
+
+# Overrides that make experiments/synthetic.py tiny: one bucket (one compile per jitted function), small evals.
+TINY = {
+    "data.synthetic_records": 240,
+    "data.max_eval_records": 48,
+    "data.max_len": 48,
+    "data.buckets": (),
+    "model.embed_dim": 16,
+    "model.bigram_dim": 16,
+    "model.hidden_size": 32,
+    "model.num_layers": 2,
+    "model.head_size": 16,
+    "batch_size": 16,
+    "eval_batch_size": 64,
+    "optimizer.warmup_steps": 5,
+    "log_every_steps": 1,
+    "eval_every_steps": 1000,
+    "checkpoint_every_steps": 1000,
+    "progress_bar": False,
+}
+
+
+def tiny_config(**overrides):
+  """experiments/synthetic.py with TINY and `overrides` (keys "a.b", or "a__b" as keyword arguments) applied."""
+  if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+  from experiments import synthetic
+
+  c = synthetic.get_config()
+  for key, value in {**TINY, **overrides}.items():
+    parts = key.replace("__", ".").split(".")
+    target = c
+    for p in parts[:-1]:
+      target = target[p]
+    target[parts[-1]] = value
+  return c
+
+
+def flag_args(**overrides) -> list[str]:
+  """TINY + overrides as `--config.KEY=VALUE` flags for `python -m gp_jax.main`."""
+  out = []
+  for key, value in {**TINY, **overrides}.items():
+    if isinstance(value, tuple):
+      value = "(" + ",".join(str(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    out.append(f"--config.{key.replace('__', '.')}={value}")
+  return out
+
+
+_JIT_CACHE: list[str] = []
+
+
+def _jit_cache_dir() -> str:
+  """A persistent compilation cache shared by this session's subprocesses (a restart skips its compiles)."""
+  if not _JIT_CACHE:
+    _JIT_CACHE.append(tempfile.mkdtemp(prefix="gp_jax_test_jit_cache_"))
+    atexit.register(shutil.rmtree, _JIT_CACHE[0], ignore_errors=True)
+  return _JIT_CACHE[0]
+
+
+def subprocess_env(devices: int = 8, *, jit_cache: bool = True, **extra) -> dict:
+  """Environment for a child process with `devices` fake CPU devices."""
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+  env["JAX_PLATFORMS"] = "cpu"
+  if jit_cache:
+    env["JAX_COMPILATION_CACHE_DIR"] = _jit_cache_dir()
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+  env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+  env["PYTHONUNBUFFERED"] = "1"
+  env.update({k: str(v) for k, v in extra.items()})
+  return env
+
+
+def main_command(workdir: str, **overrides) -> list[str]:
+  return [sys.executable, "-m", "gp_jax.main", f"--config={CONFIG_FILE}", f"--workdir={workdir}",
+          *flag_args(**overrides)]
+
+
+class LogWatcher:
+  """Reads a process's merged stdout/stderr on a thread; `wait_for(text)` blocks until a line contains it."""
+
+  def __init__(self, proc: subprocess.Popen):
+    self.proc = proc
+    self.lines: list[str] = []
+    self._cond = threading.Condition()
+    self._done = False
+    self._thread = threading.Thread(target=self._read, daemon=True)
+    self._thread.start()
+
+  def _read(self):
+    for line in self.proc.stdout:
+      with self._cond:
+        self.lines.append(line)
+        self._cond.notify_all()
+    with self._cond:
+      self._done = True
+      self._cond.notify_all()
+
+  def wait_for(self, text: str, timeout: float) -> str | None:
+    """The first line holding `text`, or None if the output ended or `timeout` passed first."""
+    seen = 0
+    end = time.monotonic() + timeout
+    with self._cond:
+      while True:
+        for line in self.lines[seen:]:
+          if text in line:
+            return line
+        seen = len(self.lines)
+        if self._done:
+          return None
+        left = end - time.monotonic()
+        if left <= 0:
+          return None
+        self._cond.wait(left)
+
+  def text(self) -> str:
+    self._thread.join(timeout=5)
+    return "".join(self.lines)
+
+
+def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[int]:
+  """Waits for every process to exit; once one fails (or `timeout` passes) the others are killed."""
+  end = time.monotonic() + timeout
+  pending = list(procs)
+  while pending and time.monotonic() < end:
+    p = pending[0]
+    try:
+      rc = p.wait(timeout=min(0.5, max(end - time.monotonic(), 0.01)))
+    except subprocess.TimeoutExpired:
+      pending.append(pending.pop(0))  # look at the next one
+      continue
+    pending.pop(0)
+    if rc != 0:
+      break
+  for p in procs:
+    if p.poll() is None:
+      p.kill()
+      p.wait()
+  return [p.returncode for p in procs]
+
+
+def run_main(workdir: str, *, timeout: float = 180, env=None, **overrides) -> subprocess.CompletedProcess:
+  return subprocess.run(main_command(workdir, **overrides), cwd=REPO, env=env or subprocess_env(), timeout=timeout,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def restore_state(workdir: str, *, sub: str = "ckpt", step: int | None = None):
+  """(step, state as numpy) of workdir/<sub> (latest step by default), restored onto this process's first device.
+
+  Works for checkpoints written by any mesh or number of processes; None when there is no checkpoint.
+  """
+  import jax
+  import orbax.checkpoint as ocp
+
+  from gp_jax import checkpoint as ckpt_lib
+
+  mngr = ckpt_lib.make_manager(os.path.join(workdir, sub), keep=100)
+  try:
+    step = mngr.latest_step() if step is None else step
+    if step is None:
+      return None
+    meta = ocp.StandardCheckpointer().metadata(os.path.join(mngr.directory, str(step), "state")).item_metadata
+    one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one), meta.tree)
+    out = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
+    return step, jax.tree.map(np.asarray, out["state"])
+  finally:
+    mngr.close()
+
+
+def flat(tree) -> dict:
+  import jax
+
+  return {jax.tree_util.keystr(k): np.asarray(v) for k, v in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def run_train_steps(config, tokenizer, types, batches, mesh):
+  """init_model + make_optimizer + train_step jitted with the shardings train_and_evaluate uses, over `batches`.
+
+  Returns (initial params, state after the first step, final state, losses); the first two as numpy.
+  """
+  import functools
+
+  import jax
+  import jax.numpy as jnp
+
+  from gp_jax import sharding as shd
+  from gp_jax import train
+
+  setup, params = train.init_model(config, tokenizer, types, mesh)
+  init_params = jax.tree.map(np.asarray, params)
+  tx, _ = train.make_optimizer(config.optimizer, 100, params)
+  repl = shd.replicated(mesh)
+  opt_shard = shd.tree_shardings(mesh, jax.eval_shape(tx.init, params))
+  opt_state = jax.jit(tx.init, out_shardings=opt_shard)(params)
+  state_shard = {"params": setup.param_shardings, "opt_state": opt_shard, "step": repl, "rng": repl}
+  state = jax.device_put({"params": params, "opt_state": opt_state, "step": jnp.zeros((), jnp.int32),
+                          "rng": jax.random.key_data(jax.random.key(config.seed))}, state_shard)
+  step_fn = jax.jit(
+      functools.partial(train.train_step, graphdef=setup.graphdef, rest=setup.rest, tx=tx,
+                        loss_kind=config.loss.kind, max_span_width=config.data.max_span_width or None),
+      in_shardings=(state_shard, None), out_shardings=(state_shard, repl), donate_argnums=0)
+  losses, after_first = [], None
+  for batch in batches:
+    state, metrics = step_fn(state, shd.global_batch(batch, mesh))
+    losses.append(float(metrics["loss"]))
+    after_first = after_first or jax.tree.map(np.asarray, state)
+  return init_params, after_first, state, losses
+
+
+def train_batches(config, n: int):
+  """(tokenizer, types, the first `n` model batches of the config's training data)."""
+  from gp_jax import train
+  from gp_jax.data import pipeline
+
+  splits, tokenizer, types = train.prepare_data(config, None)
+  it = pipeline.train_batches(splits["train"], batch_size=config.batch_size, buckets=config.data.buckets,
+                              seed=config.seed)
+  return tokenizer, types, [train.model_batch(next(it)) for _ in range(n)]
+
+
+# ----------------------------------------------------------------------------- one trained workdir per session
+
+TRAINED_STEPS = 240
+TRAINED_OVERRIDES = {"eval_every_steps": 80, "checkpoint_every_steps": 80, "log_every_steps": 20, "optimizer.lr": 1e-2}
+_TRAINED: dict = {}
+
+
+def trained_workdir(tmp_path_factory) -> tuple[str, dict]:
+  """Trains the tiny synthetic model once per test session (in-process); returns (workdir, summary)."""
+  if "workdir" not in _TRAINED:
+    from gp_jax import train
+
+    workdir = str(tmp_path_factory.mktemp("trained"))
+    config = tiny_config(num_train_steps=TRAINED_STEPS, **TRAINED_OVERRIDES)
+    summary = train.train_and_evaluate(config, workdir)
+    _TRAINED.update(workdir=workdir, summary=summary)
+  return _TRAINED["workdir"], _TRAINED["summary"]
+
+
+# ----------------------------------------------------------------------------- multi-host worker
+
+
+def _worker(argv):
+  """argv: workdir coordinator num_processes process_id [KEY=VALUE ...] (config overrides, Python literals)."""
+  import ast
+
+  workdir, coordinator, num_processes, process_id, *kvs = argv
+  import jax
+
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  overrides = {}
+  for kv in kvs:
+    k, v = kv.split("=", 1)
+    overrides[k] = ast.literal_eval(v)
+  config = tiny_config(multihost=True, coordinator_address=coordinator, num_processes=int(num_processes),
+                       process_id=int(process_id), **overrides)
+  from gp_jax import train
+
+  summary = train.train_and_evaluate(config, workdir)
+  assert jax.process_count() == int(num_processes), jax.process_count()
+  print(f"WORKER {process_id} DONE steps={summary['steps']} devices={jax.device_count()}/{jax.local_device_count()}",
+        flush=True)
+
+
+if __name__ == "__main__":
+  if len(sys.argv) > 1 and sys.argv[1] == "worker":
+    _worker(sys.argv[2:])
+  else:
+    raise SystemExit("usage: python -m tests.helpers_train worker WORKDIR HOST:PORT N ID [KEY=VALUE ...]")
