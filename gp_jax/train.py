@@ -75,10 +75,12 @@ def train_step(state, batch, *, graphdef, rest, tx, loss_kind, max_span_width, n
     return compute_loss(logits, batch, loss_kind=loss_kind, max_span_width=max_span_width)
 
   loss, grads = jax.value_and_grad(loss_fn)(state["params"])
-  if nan_at_step:
-    loss = jnp.where(state["step"] + 1 == nan_at_step, jnp.nan, loss)
   updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
   params = optax.apply_updates(state["params"], updates)
+  if nan_at_step:  # tests: a divergence at this step poisons the loss and the parameters
+    poison = state["step"] + 1 == nan_at_step
+    loss = jnp.where(poison, jnp.nan, loss)
+    params = jax.tree.map(lambda p: jnp.where(poison, jnp.nan, p), params)
   new_state = dict(state, params=params, opt_state=opt_state, step=state["step"] + 1)
   metrics = {"loss": loss, "grad_norm": optax.global_norm(grads)}
   return new_state, metrics
@@ -287,11 +289,25 @@ def _setup_logging(workdir: str, is_main: bool):
 
 
 class _Preemption:
-  """Turns SIGTERM into a flag the loop checks after each step."""
+  """Turns SIGTERM into a flag the loop checks after each step.
+
+  With several processes, only the signalled ones see the flag; they agree every `every` steps
+  (a max over processes), so all of them save the same step and stop together.
+  """
 
   def __init__(self):
     self.requested = False
     self._old = None
+
+  def should_stop(self, step: int, every: int) -> bool:
+    if jax.process_count() == 1:
+      return self.requested
+    if step % max(every, 1):
+      return False
+    from jax.experimental import multihost_utils
+
+    flags = multihost_utils.process_allgather(np.asarray(int(self.requested), np.int32))
+    return bool(np.max(flags))
 
   def __enter__(self):
     def handler(signum, frame):
@@ -471,7 +487,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         if config.debug.sigkill_after_checkpoint_step and done == config.debug.sigkill_after_checkpoint_step:
           mngr.wait_until_finished()
           os.kill(os.getpid(), signal.SIGKILL)
-      if preemption.requested:
+      if preemption.should_stop(done, config.log_every_steps):
         check_finite(done, metrics)
         if mngr.latest_step() != done:
           save(done)
@@ -479,6 +495,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         log.warning("SIGTERM: saved checkpoint at step %d in %s; exiting", done, mngr.directory)
         preempted = True
         break
+  if pending is not None and pending[0] % config.log_every_steps != 0 and not preempted:
+    writer.write(pending[0], "train", {"loss": check_finite(*pending), "lr": float(lr_sched(pending[0]))})
   bar.close()
   mngr.wait_until_finished()
   best_mngr.wait_until_finished()
