@@ -12,12 +12,14 @@ def get_config(arg=None):
   c = base.get_config(arg)
   c.data.name = "msra"
   c.data.max_len = 128
-  c.data.buckets = (32, 64, 128)
+  c.data.buckets = (16, 32, 48, 64, 96, 128)
   c.model.encoder = "scratch"
+  c.model.hidden_size = 128
+  c.model.num_layers = 4
   c.batch_size = 32
   c.eval_batch_size = 256
   if not base.parse_arg(arg, **base.ARG_DEFAULTS).epochs:
-    c.num_epochs = 2.0
+    c.num_epochs = 4.0
   c.optimizer.lr = 2e-3
   c.optimizer.warmup_steps = 300
   c.log_every_steps = 200

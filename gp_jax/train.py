@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import signal
+import sys
 import time
 
 import jax
@@ -423,8 +424,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
   from tqdm.auto import tqdm
 
+  # The bar counts dispatched steps; it pauses at log steps while the device catches up.
   bar = tqdm(total=total_steps, initial=start_step, disable=not (is_main and config.progress_bar), desc="train",
-             dynamic_ncols=True)
+             dynamic_ncols=True, mininterval=1.0 if sys.stderr.isatty() else 30.0)
   best_f1 = max([float(m.get("dev_f1", -1)) for m in _best_metrics(best_mngr)] + [-1.0])
   last_dev = None
   tokens = examples = 0
