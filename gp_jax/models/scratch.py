@@ -22,6 +22,7 @@ from flax import nnx
 from gp_jax import ops
 
 BLOCKS = ("glu", "gelu")
+CONV_IMPLS = ("unfold", "xla")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,12 +31,13 @@ class ScratchConfig:
   bigram_vocab_size: int = 0  # char-bigram vocabulary; 0 = no bigram embedding
   embed_dim: int = 128  # char embedding width
   bigram_dim: int = 128  # bigram embedding width
-  hidden_size: int = 256  # width of the conv / attention stack (= output width)
+  hidden_size: int = 128  # width of the conv / attention stack (= output width)
   num_layers: int = 4  # residual conv blocks
   block: str = "glu"  # "glu": conv -> 2*hidden, gated linear unit; "gelu": conv -> hidden, GELU
   kernel_size: int = 3  # conv width (odd)
   dilations: tuple[int, ...] = (1, 2, 4, 1)  # per conv block, cycled if shorter than num_layers
   conv_out_proj: bool = False  # Dense(hidden -> hidden) after the gate (more params, slower)
+  conv_impl: str = "unfold"  # "unfold": k shifted copies + one GEMM; "xla": lax.conv (same params)
   num_attn_layers: int = 0  # pre-LN self-attention + MLP blocks after the convs (RoPE)
   num_heads: int = 4  # attention heads
   mlp_ratio: int = 2  # attention block MLP width = mlp_ratio * hidden
@@ -46,6 +48,8 @@ class ScratchConfig:
   def __post_init__(self):
     if self.block not in BLOCKS:
       raise ValueError(f"block must be one of {BLOCKS}, got {self.block!r}")
+    if self.conv_impl not in CONV_IMPLS:
+      raise ValueError(f"conv_impl must be one of {CONV_IMPLS}, got {self.conv_impl!r}")
     if self.kernel_size % 2 != 1:
       raise ValueError(f"kernel_size must be odd, got {self.kernel_size}")
     if self.num_attn_layers and self.hidden_size % (2 * self.num_heads):
@@ -64,12 +68,23 @@ def _unfold(x_BLD, kernel_size: int, dilation: int):
   return jnp.concatenate(taps, axis=-1)
 
 
+def _conv_xla(x_BLD, kernel_KF, bias_F, kernel_size: int, dilation: int):
+  """The same dilated 'same' conv as Linear(_unfold(x)), as one lax.conv (kernel rows are (tap, d))."""
+  D = x_BLD.shape[-1]
+  w_kDF = kernel_KF.reshape(kernel_size, D, -1).astype(x_BLD.dtype)
+  half = (kernel_size // 2) * dilation
+  y_BLF = jax.lax.conv_general_dilated(
+      x_BLD, w_kDF, (1,), [(half, half)], rhs_dilation=(dilation,), dimension_numbers=("NWC", "WIO", "NWC")
+  )
+  return y_BLF + bias_F.astype(x_BLD.dtype)
+
+
 class ConvBlock(nnx.Module):
   """Pre-LN residual 1-D conv block (GLU or GELU), masked so padding cannot leak."""
 
   def __init__(self, config: ScratchConfig, dilation: int, *, dtype, rngs: nnx.Rngs):
     D, k = config.hidden_size, config.kernel_size
-    self.kernel_size, self.dilation, self.block = k, dilation, config.block
+    self.kernel_size, self.dilation, self.block, self.conv_impl = k, dilation, config.block, config.conv_impl
     out = 2 * D if config.block == "glu" else D
     self.norm = nnx.LayerNorm(D, dtype=dtype, rngs=rngs)
     self.conv = nnx.Linear(k * D, out, dtype=dtype, rngs=rngs)
@@ -78,7 +93,10 @@ class ConvBlock(nnx.Module):
 
   def __call__(self, x_BLD, mask_BL1):
     h_BLD = self.norm(x_BLD) * mask_BL1
-    h_BLF = self.conv(_unfold(h_BLD, self.kernel_size, self.dilation))
+    if self.conv_impl == "xla":
+      h_BLF = _conv_xla(h_BLD, self.conv.kernel[...], self.conv.bias[...], self.kernel_size, self.dilation)
+    else:
+      h_BLF = self.conv(_unfold(h_BLD, self.kernel_size, self.dilation))
     if self.block == "glu":
       a_BLD, g_BLD = jnp.split(h_BLF, 2, axis=-1)
       h_BLD = a_BLD * jax.nn.sigmoid(g_BLD)
@@ -126,6 +144,7 @@ class ScratchEncoder(nnx.Module):
   def __init__(self, config: ScratchConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
     self.config = config
     self.hidden_size = config.hidden_size
+    self.dtype = dtype
     emb_init = nnx.initializers.normal(0.1)
     self.embed = nnx.Embed(config.vocab_size, config.embed_dim, dtype=dtype, embedding_init=emb_init, rngs=rngs)
     self.bigram_embed = (
@@ -144,12 +163,12 @@ class ScratchEncoder(nnx.Module):
 
   def __call__(self, input_ids, attention_mask, bigram_ids=None, positions=None):
     """input_ids, attention_mask, bigram_ids, positions: [B, L] -> hidden [B, L, hidden_size]."""
+    if self.bigram_embed is not None and bigram_ids is None:
+      raise ValueError("this encoder was built with bigram embeddings: pass bigram_ids")
     mask_BL = jnp.asarray(attention_mask)
-    mask_BL1 = mask_BL[..., None].astype(self.in_proj.kernel.dtype)
+    mask_BL1 = mask_BL[..., None].astype(self.dtype)
     e_BLE = self.embed(input_ids)
     if self.bigram_embed is not None:
-      if bigram_ids is None:
-        raise ValueError("this encoder was built with bigram embeddings: pass bigram_ids")
       e_BLE = jnp.concatenate([e_BLE, self.bigram_embed(bigram_ids)], axis=-1)
     x_BLD = self.in_proj(self.embed_dropout(e_BLE))
     for conv in self.convs:
