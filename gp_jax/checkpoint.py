@@ -15,18 +15,26 @@ import json
 import logging
 import os
 
+import jax
 import orbax.checkpoint as ocp
 
 log = logging.getLogger(__name__)
 
 
 def make_manager(directory: str, *, keep: int, best: bool = False) -> ocp.CheckpointManager:
+  """Async saves on one process. With several, saves block and each manager gets its own barrier
+  prefix: two managers' async barriers otherwise collide ("Barrier _async_write_complete.N is
+  already ongoing")."""
+  multi = jax.process_count() > 1
   options = ocp.CheckpointManagerOptions(
       max_to_keep=keep,
       best_fn=(lambda m: m["dev_f1"]) if best else None,
       best_mode="max",
       keep_checkpoints_without_metrics=not best,
       create=True,
+      enable_async_checkpointing=not multi,
+      multiprocessing_options=ocp.options.MultiprocessingOptions(
+          barrier_sync_key_prefix=("best" if best else "ckpt") + "_" + os.path.basename(os.path.normpath(directory))),
   )
   return ocp.CheckpointManager(os.path.abspath(directory), options=options)
 
