@@ -12,9 +12,7 @@ import json
 import os
 import sys
 
-import jax
 import ml_collections
-import numpy as np
 from absl import app, flags
 
 from gp_jax import checkpoint as ckpt_lib
@@ -42,18 +40,10 @@ class Predictor:
     mesh = shd.make_mesh(-1, 1)
     self.setup, params = train.init_model(self.config, self.tokenizer, self.types, mesh, load_weights=False)
     tx, _ = train.make_optimizer(self.config.optimizer, 1, params)
-    abstract = {
-        "params": params,
-        "opt_state": jax.eval_shape(tx.init, params),
-        "step": jax.ShapeDtypeStruct((), np.int32),
-        "rng": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))),
-    }
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=shd.replicated(mesh)), abstract)
-    abstract["params"] = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                                      params, self.setup.param_shardings)
+    target = train.abstract_state(self.setup, tx)
     directory = ckpt_lib.find_checkpoint_dir(workdir)
     mngr = ckpt_lib.make_manager(directory, keep=1)
-    step, state, _ = ckpt_lib.restore(mngr, abstract)
+    step, state, _ = ckpt_lib.restore(mngr, target)
     self.step, self.params = step, state["params"]
     self.eval_fn = train.make_eval_fn(self.setup)
 

@@ -28,7 +28,7 @@ from gp_jax.data import pipeline
 from gp_jax.data.sources import load_records
 from gp_jax.metrics import span_prf
 from gp_jax.models.ner import build_model, build_tokenizer
-from gp_jax.ops import span_mask, sparse_zlpr_loss, zlpr_loss
+from gp_jax.ops import gather_hits, span_mask, sparse_zlpr_loss, zlpr_loss
 
 log = logging.getLogger("gp_jax.train")
 
@@ -100,11 +100,9 @@ def eval_step(params, batch, *, graphdef, rest, max_span_width, size: int, hit_s
   hit = (logits > 0) & mask
   if hit_sharding is not None:
     hit = jax.lax.with_sharding_constraint(hit, hit_sharding)
-  count = jnp.sum(hit, dtype=jnp.int32)
-  b, h, i, j = jnp.nonzero(hit, size=size, fill_value=0)
-  scores = logits[b, h, i, j]
-  window = batch["window_index"][b]
-  return count, jnp.stack([window, i, j, h], axis=-1), scores
+  count, coords, scores = gather_hits(hit, logits, size=size)
+  b, h, i, j = coords.T
+  return count, jnp.stack([batch["window_index"][b], i, j, h], axis=-1), scores
 
 
 # ----------------------------------------------------------------------------- setup helpers
@@ -174,23 +172,44 @@ def init_model(config, tokenizer, types, mesh, *, load_weights=True):
   num_types = len(types)
   seed = int(config.seed)
   abstract_model = nnx.eval_shape(lambda: build_model(config, tokenizer, num_types, seed=seed, load_weights=False))
-  graphdef, abs_params, _ = nnx.split(abstract_model, nnx.Param, ...)
+  graphdef, abs_params, abs_rest = nnx.split(abstract_model, nnx.Param, ...)
   abs_params = nnx.to_pure_dict(abs_params)
   p_shard = shd.tree_shardings(mesh, abs_params)
-  repl = shd.replicated(mesh)
+  rest_shard = jax.tree.map(lambda _: shd.replicated(mesh), abs_rest)
 
   def create():
     model = build_model(config, tokenizer, num_types, seed=seed, load_weights=False)
     _, params, rest = nnx.split(model, nnx.Param, ...)
     return nnx.to_pure_dict(params), rest
 
-  rest_shard = jax.tree.map(lambda _: repl, nnx.split(abstract_model, nnx.Param, ...)[2])
-  params, rest = jax.jit(create, out_shardings=(p_shard, rest_shard))()
   if config.model.encoder == "bert" and load_weights:
+    # Only the RNG state comes from `create` (XLA drops the unused random init); weights from disk.
+    rest = jax.jit(lambda: create()[1], out_shardings=rest_shard)()
     model = build_model(config, tokenizer, num_types, seed=seed, load_weights=True)
     params = jax.device_put(nnx.to_pure_dict(nnx.state(model, nnx.Param)), p_shard)
+  else:
+    params, rest = jax.jit(create, out_shardings=(p_shard, rest_shard))()
   setup = Setup(config, list(types), tokenizer, mesh, graphdef, rest, abs_params, p_shard)
   return setup, params
+
+
+def state_shardings(setup: Setup, tx):
+  """Shardings of the train state {params, opt_state, step, rng}."""
+  repl = shd.replicated(setup.mesh)
+  opt_shard = shd.tree_shardings(setup.mesh, jax.eval_shape(tx.init, setup.abstract_params))
+  return {"params": setup.param_shardings, "opt_state": opt_shard, "step": repl, "rng": repl}
+
+
+def abstract_state(setup: Setup, tx):
+  """ShapeDtypeStructs (with shardings) of the train state, the target of a checkpoint restore."""
+  shapes = {
+      "params": setup.abstract_params,
+      "opt_state": jax.eval_shape(tx.init, setup.abstract_params),
+      "step": jax.ShapeDtypeStruct((), jnp.int32),
+      "rng": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))),
+  }
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes,
+                      state_shardings(setup, tx))
 
 
 def make_eval_fn(setup: Setup):
@@ -384,25 +403,24 @@ def train_and_evaluate(config, workdir: str) -> dict:
   tx, lr_sched = make_optimizer(config.optimizer, total_steps, params)
 
   repl = shd.replicated(mesh)
-  opt_shard = shd.tree_shardings(mesh, jax.eval_shape(tx.init, params))
-  opt_state = jax.jit(tx.init, out_shardings=opt_shard)(params)
+  state_shard = state_shardings(setup, tx)
+  opt_state = jax.jit(tx.init, out_shardings=state_shard["opt_state"])(params)
   rng = jax.random.key_data(jax.random.key(config.seed))
   state = {"params": params, "opt_state": opt_state, "step": jnp.zeros((), jnp.int32), "rng": rng}
-  state_shard = {"params": setup.param_shardings, "opt_state": opt_shard, "step": repl, "rng": repl}
   state = jax.device_put(state, state_shard)
 
   # Resume order: workdir checkpoint, then init_from, then fresh.
   mngr = ckpt_lib.make_manager(os.path.join(workdir, "ckpt"), keep=config.keep_checkpoints)
   best_mngr = ckpt_lib.make_manager(os.path.join(workdir, "best"), keep=1, best=True)
-  abstract_state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
-  restored = ckpt_lib.restore(mngr, abstract_state)
+  target = abstract_state(setup, tx)
+  restored = ckpt_lib.restore(mngr, target)
   if restored is not None:
     start_step, state, data_state = restored
     train_it.set_state(data_state)
     log.info("Resumed from %s at step %d", mngr.directory, start_step)
   elif config.init_from:
     src = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(config.init_from), keep=1)
-    _, src_state, _ = ckpt_lib.restore(src, abstract_state)
+    _, src_state, _ = ckpt_lib.restore(src, target)
     state = dict(state, params=src_state["params"])
     start_step = 0
     log.info("Initialised parameters from %s", config.init_from)
@@ -427,7 +445,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   # The bar counts dispatched steps; it pauses at log steps while the device catches up.
   bar = tqdm(total=total_steps, initial=start_step, disable=not (is_main and config.progress_bar), desc="train",
              dynamic_ncols=True, mininterval=1.0 if sys.stderr.isatty() else 30.0)
-  best_f1 = max([float(m.get("dev_f1", -1)) for m in _best_metrics(best_mngr)] + [-1.0])
+  best_step = best_mngr.best_step()
+  best_f1 = float(best_mngr.metrics(best_step)["dev_f1"]) if best_step is not None else -1.0
   last_dev = None
   tokens = examples = 0
   t_log = time.time()
@@ -510,7 +529,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     final_params = state["params"]
     if best_mngr.latest_step() is not None:
       best_step = best_mngr.best_step()
-      _, best_state, _ = ckpt_lib.restore(best_mngr, abstract_state, best_step)
+      _, best_state, _ = ckpt_lib.restore(best_mngr, target, best_step)
       final_params = best_state["params"]
       summary["best_step"] = int(best_step)
       summary["best_dev_f1"] = best_f1
@@ -535,14 +554,3 @@ def train_and_evaluate(config, workdir: str) -> dict:
 def _flat_result(result: dict) -> dict:
   return {k: result[k] for k in ("precision", "recall", "f1", "tp", "pred", "gold")}
 
-
-def _best_metrics(best_mngr):
-  out = []
-  for step in best_mngr.all_steps():
-    try:
-      m = best_mngr.metrics(step)
-    except Exception:  # older layouts keep no metrics
-      m = None
-    if m:
-      out.append(m)
-  return out

@@ -1,6 +1,6 @@
 """Pure jax.numpy GlobalPointer ops: RoPE, span scores, masks, ZLPR losses, decoding."""
 
-from gp_jax.ops.decode import decode_hits, decode_spans
+from gp_jax.ops.decode import decode_hits, decode_spans, gather_hits
 from gp_jax.ops.losses import sparse_zlpr_loss, zlpr_loss
 from gp_jax.ops.rope import apply_rope
 from gp_jax.ops.spans import masked_fill_value, span_mask, span_scores
@@ -14,4 +14,5 @@ __all__ = [
     "sparse_zlpr_loss",
     "decode_spans",
     "decode_hits",
+    "gather_hits",
 ]

@@ -12,13 +12,21 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def gather_hits(hit, logits, *, size: int):
+  """Bool `[B, H, L, L]` hits -> (count, coords int `[size, 4]` as (b, type, start, end), scores `[size]`).
+
+  A fixed-size buffer (jit-friendly); when `count > size` the extra hits are cut, so callers retry
+  with a larger size. Unused rows hold coordinates 0 and are past `count`.
+  """
+  count = jnp.sum(hit, dtype=jnp.int32)
+  b, h, i, j = jnp.nonzero(hit, size=size, fill_value=0)
+  return count, jnp.stack([b, h, i, j], axis=-1), logits[b, h, i, j]
+
+
 @functools.partial(jax.jit, static_argnames=("size",))
 def _hits(logits, mask, threshold, *, size: int):
   hit = (logits > threshold) & jnp.broadcast_to(jnp.asarray(mask, bool), logits.shape)
-  count = jnp.sum(hit, dtype=jnp.int32)
-  b, h, i, j = jnp.nonzero(hit, size=size, fill_value=-1)
-  scores = logits[jnp.maximum(b, 0), jnp.maximum(h, 0), jnp.maximum(i, 0), jnp.maximum(j, 0)]
-  return count, jnp.stack([b, h, i, j], axis=-1), scores
+  return gather_hits(hit, logits, size=size)
 
 
 def decode_hits(logits, *, mask, threshold: float = 0.0, initial_size: int | None = None):
@@ -60,4 +68,4 @@ def decode_spans(logits, *, mask, threshold: float = 0.0, return_scores: bool = 
   return out
 
 
-__all__ = ["decode_spans", "decode_hits"]
+__all__ = ["decode_spans", "decode_hits", "gather_hits"]
