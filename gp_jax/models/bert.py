@@ -378,7 +378,7 @@ def _hub_reachable(endpoint: str, timeout: float = 3.0) -> bool:
 
 def _resolve_hub_name(repo_id: str) -> pathlib.Path:
   hint = ("Pass a local directory holding config.json and model.safetensors (e.g. "
-          "gp_jax.pretrained.minilm_l6_path()), or download the model on a machine with internet "
+          "gp_jax.models.pretrained.minilm_l6_path()), or download the model on a machine with internet "
           "access and copy the directory here.")
   try:
     import huggingface_hub  # pylint: disable=g-import-not-at-top

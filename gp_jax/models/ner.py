@@ -36,7 +36,7 @@ class NerModel(nnx.Module):
 
 def resolve_pretrained(name_or_path: str) -> str:
   if name_or_path == "minilm":
-    from gp_jax.pretrained import minilm_l6_path
+    from gp_jax.models.pretrained import minilm_l6_path
 
     return str(minilm_l6_path())
   return name_or_path

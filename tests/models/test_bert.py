@@ -30,7 +30,7 @@ def torch():
 
 @pytest.fixture(scope="module")
 def minilm_dir():
-  from gp_jax.pretrained import minilm_l6_path
+  from gp_jax.models.pretrained import minilm_l6_path
   try:
     return minilm_l6_path()
   except (RuntimeError, FileNotFoundError) as e:

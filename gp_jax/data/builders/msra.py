@@ -26,7 +26,7 @@ import glob
 import hashlib
 import os
 
-from gp_jax import pypi_cache
+from gp_jax.data import pypi_cache
 from gp_jax.data import readers
 from gp_jax.data.builders import base
 

