@@ -25,6 +25,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.dev_file = ""  # jsonl/conll: dev file ("" = carve dev_fraction out of train)
   c.data.test_file = ""  # jsonl/conll: test file ("" = no test evaluation)
   c.data.conll_scheme = ""  # conll: BIO|IOB1|BIOES|BMES; "" = auto-detect
+  c.data.conll_tag_cols = ()  # conll: 0-based tag columns, outer level first, one per nesting level; () = the last column
+  c.data.conll_joiner = "auto"  # conll: string between tokens; "auto" = "" when the file's tokens are single CJK chars, else " "
   c.data.strict = True  # user files: raise on bad records (False: skip them and report counts)
   c.data.manual_dir = ""  # corpus source files ("" = $GP_JAX_DATA/<name> or ../shared/data/<name>)
   c.data.tfds_dir = ""  # where TFDS builders write ("" = ~/.cache/gp_jax/tfds)
