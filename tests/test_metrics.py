@@ -38,3 +38,77 @@ def test_corpus_level_not_batch_average():
   p_, r_ = tp / len(pred), tp / len(gold)
   assert pooled["f1"] == pytest.approx(2 * p_ * r_ / (p_ + r_))
   assert pooled["f1"] != pytest.approx(sum(batches) / len(batches))
+
+
+# --- cross-check against seqeval (an independent implementation) on a real corpus ----------
+
+
+def _token_spans(record):
+  """CoNLL record (tokens joined by " ") -> [(start_tok, end_tok exclusive, type)], and the token count."""
+  tokens = record["text"].split(" ")
+  start_of, end_of, pos = {}, {}, 0
+  for i, tok in enumerate(tokens):
+    start_of[pos], end_of[pos + len(tok)] = i, i + 1
+    pos += len(tok) + 1
+  return [(start_of[e["start"]], end_of[e["end"]], e["type"]) for e in record["entities"]], len(tokens)
+
+
+def _perturb(spans, n, types, rng):
+  """Drops, moves a boundary of, retypes, and adds flat spans; the result stays flat (no overlaps)."""
+  out = []
+  for a, b, t in spans:
+    u = rng.random()
+    if u < 0.1:
+      continue  # dropped
+    if u < 0.2:
+      a, b = (a + rng.choice([-1, 1]), b) if rng.random() < 0.5 else (a, b + rng.choice([-1, 1]))
+    elif u < 0.3:
+      t = rng.choice([x for x in types if x != t])
+    out.append((a, b, t))
+  if rng.random() < 0.3:
+    a = rng.randrange(n)
+    out.append((a, min(n, a + rng.randint(1, 3)), rng.choice(types)))
+  flat, used = [], set()
+  for a, b, t in out:  # keep the valid, non-overlapping ones in order
+    cells = set(range(a, b))
+    if 0 <= a < b <= n and not cells & used:
+      flat.append((a, b, t))
+      used |= cells
+  return flat
+
+
+def _bio(spans, n):
+  tags = ["O"] * n
+  for a, b, t in spans:
+    tags[a:b] = [f"B-{t}"] + [f"I-{t}"] * (b - a - 1)
+  return tags
+
+
+def test_span_prf_matches_seqeval_on_conll2003_dev(shared_data):
+  metrics = pytest.importorskip("seqeval.metrics")
+  from gp_jax.data import read_conll
+
+  path = shared_data / "conll2003" / "valid.txt"
+  if not path.exists():
+    pytest.skip(f"{path} not found")
+  records = read_conll(path, scheme="BIO", joiner=" ")
+  types = sorted({e["type"] for r in records for e in r["entities"]})
+  rng = random.Random(1234)
+  gold, pred, y_true, y_pred = set(), set(), [], []
+  for s, rec in enumerate(records):
+    spans, n = _token_spans(rec)
+    noisy = _perturb(spans, n, types, rng)
+    gold |= {(s, a, b, t) for a, b, t in spans}
+    pred |= {(s, a, b, t) for a, b, t in noisy}
+    y_true.append(_bio(spans, n))
+    y_pred.append(_bio(noisy, n))
+  assert len(records) == 3250 and len(gold) == 5942
+  assert 0.6 < len(pred & gold) / len(gold) < 0.9  # the perturbation is neither nothing nor everything
+  ours = span_prf(pred, gold)
+  assert ours["precision"] == pytest.approx(metrics.precision_score(y_true, y_pred), abs=1e-9)
+  assert ours["recall"] == pytest.approx(metrics.recall_score(y_true, y_pred), abs=1e-9)
+  assert ours["f1"] == pytest.approx(metrics.f1_score(y_true, y_pred), abs=1e-9)
+  report = metrics.classification_report(y_true, y_pred, output_dict=True)
+  for t in types:
+    for k in ("precision", "recall", "f1"):
+      assert ours["per_type"][t][k] == pytest.approx(report[t][k.replace("f1", "f1-score")], abs=1e-9), (t, k)

@@ -1,5 +1,10 @@
 """Data: corpora (TFDS builders), readers for user files, shared contracts (types.py).
 
+Stages, left to right: `corpora` / `readers` / `sources` (records) -> `windows` (tokenise, align
+entities, cut sliding windows: `prepare_split`) -> `batching` (padded batches: `train_batches`,
+`eval_batches`) -> model -> `merge` (window hits -> char spans: `merge_predictions`, scored with
+`gp_jax.metrics.span_prf`). Import the stage modules directly: `from gp_jax.data import windows`.
+
 Imports are lazy so that `import gp_jax.data` does not pull in tensorflow_datasets.
 """
 

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TextIO
 
@@ -47,6 +48,7 @@ class ReadReport:
   repaired: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)  # record id -> its repairs
   errors: list[str] = dataclasses.field(default_factory=list)  # first few skip messages
   scheme: str | None = None  # CoNLL only: the scheme used (given or detected)
+  joiner: str | None = None  # CoNLL only: the string between tokens (given or detected)
 
   max_errors = 5
 
@@ -63,6 +65,8 @@ class ReadReport:
     s = f"{self.path}: {self.records} records, {self.entities} entities"
     if self.scheme:
       s += f", scheme {self.scheme}"
+    if self.joiner is not None:
+      s += f", joiner {self.joiner!r}"
     s += f", skipped {self.num_skipped}" + (f" {dict(self.skipped)}" if self.skipped else "")
     s += f", tag repairs {sum(self.repairs.values())}" + (f" {dict(self.repairs)}" if self.repairs else "")
     return s
@@ -75,7 +79,7 @@ class ReadReport:
 
   def as_dict(self) -> dict[str, Any]:
     return {
-        "records": self.records, "entities": self.entities, "scheme": self.scheme,
+        "records": self.records, "entities": self.entities, "scheme": self.scheme, "joiner": self.joiner,
         "skipped": dict(self.skipped), "repairs": dict(self.repairs), "repaired_records": len(self.repaired),
     }
 
@@ -308,8 +312,9 @@ def read_conll(path: PathOrFile, *, scheme: str | None = None, strict: bool = Tr
   (default: the last column); sep: column separator (default: runs of spaces/tabs).
   scheme: BIO/IOB2, IOB1, BIOES, BMES, or None to detect it once for the whole file
   (all levels). `-DOCSTART-` lines are skipped and end the sentence. The text is the
-  tokens joined by `joiner` (" " for words, "" for Chinese characters); entities are
-  character offsets into it, sorted by (start, end, type). Ids are f"{id_prefix}-{n}".
+  tokens joined by `joiner` (" " for words, "" for Chinese characters, "auto" to decide once
+  per file with `detect_joiner`); entities are character offsets into it, sorted by
+  (start, end, type). Ids are f"{id_prefix}-{n}".
   """
   f, where, owned = _open(path, name)
   prefix = id_prefix or os.path.splitext(os.path.basename(where))[0]
@@ -328,6 +333,11 @@ def read_conll(path: PathOrFile, *, scheme: str | None = None, strict: bool = Tr
   if scheme is None:
     scheme = _detect(sentences, where)
   report.scheme = scheme
+  if joiner == "auto":
+    joiner = detect_joiner(tok for s in sentences for tok in s.tokens)
+    log.info("%s: tokens joined by %r (%s)", where, joiner,
+             "single CJK characters" if joiner == "" else "not single CJK characters")
+  report.joiner = joiner
   records: list[Record] = []
   for n, sent in enumerate(sentences):
     try:
@@ -341,6 +351,46 @@ def read_conll(path: PathOrFile, *, scheme: str | None = None, strict: bool = Tr
   report.records, report.entities = len(records), sum(len(r["entities"]) for r in records)
   report.log()
   return Records(records, report)
+
+
+# Blocks whose characters are written without spaces between them (char-per-line corpora).
+_CJK_RANGES = (
+    (0x2E80, 0x2FDF),  # CJK radicals, Kangxi radicals
+    (0x3000, 0x303F),  # CJK symbols and punctuation
+    (0x3040, 0x30FF),  # hiragana, katakana
+    (0x3100, 0x312F),  # bopomofo
+    (0x3190, 0x31FF),  # kanbun, bopomofo ext., CJK strokes, katakana ext.
+    (0x3200, 0x4DBF),  # enclosed CJK, CJK compatibility, ideographs ext. A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xAC00, 0xD7AF),  # hangul syllables
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFE30, 0xFE4F),  # CJK compatibility forms
+    (0xFF00, 0xFFEF),  # halfwidth and fullwidth forms (，。！ and fullwidth letters)
+    (0x20000, 0x3FFFF),  # ideographs ext. B and later
+)
+
+
+def is_cjk(char: str) -> bool:
+  """Whether one character lies in a CJK block (ideographs, kana, hangul, CJK/fullwidth punctuation)."""
+  code = ord(char)
+  return any(a <= code <= b for a, b in _CJK_RANGES)
+
+
+def detect_joiner(tokens: Iterable[str]) -> str:
+  """"" when every token is one character (NFC) and at least half of them are CJK, else " ".
+
+  Char-per-line Chinese/Japanese corpora also hold single digits, Latin letters and ASCII
+  punctuation (often over 10% of the tokens in technical text); those stay glued to their
+  neighbours, as in the original text. A word-per-line file has some longer token. No tokens -> " ".
+  """
+  n = n_cjk = 0
+  for tok in tokens:
+    tok = unicodedata.normalize("NFC", tok)
+    if len(tok) != 1:
+      return " "
+    n += 1
+    n_cjk += is_cjk(tok)
+  return "" if n and 2 * n_cjk >= n else " "
 
 
 def _detect(sentences: list[_Sentence], where: str) -> str:

@@ -71,6 +71,29 @@ def _split_off(records: list[Record], fraction: float, seed: int) -> tuple[list[
   return [r for i, r in enumerate(records) if i not in dev_ids], [r for i, r in enumerate(records) if i in dev_ids]
 
 
+def read_user_file(data_cfg, path) -> list[Record]:
+  """One jsonl/conll file as the config says (conll: scheme, tag columns, joiner; strictness)."""
+  from gp_jax.data import read_conll, read_jsonl
+
+  if data_cfg.name == "jsonl":
+    return list(read_jsonl(path, strict=data_cfg.strict))
+  tag_cols = tuple(int(c) for c in data_cfg.conll_tag_cols) or None  # () = the last column
+  return list(read_conll(path, scheme=data_cfg.conll_scheme or None, strict=data_cfg.strict, tag_cols=tag_cols,
+                         joiner=data_cfg.conll_joiner))
+
+
+def user_types(*, train: list[Record], dev: list[Record], test: list[Record]) -> list[str]:
+  """Sorted union of the entity types of every labelled split; warns about types train lacks."""
+  seen = {split: {e["type"] for r in recs for e in r["entities"]}
+          for split, recs in (("train", train), ("dev", dev), ("test", test))}
+  types = sorted(set().union(*seen.values()))
+  missing = [t for t in types if t not in seen["train"]]
+  if missing:
+    where = {t: [s for s in ("dev", "test") if t in seen[s]] for t in missing}
+    log.warning("Entity types absent from train (never trained, their F1 is 0): %s", where)
+  return types
+
+
 def load_records(data_cfg, *, seed: int = 0):
   """Returns (train, dev, test, types); test is [] when the config has none."""
   name = data_cfg.name
@@ -81,24 +104,16 @@ def load_records(data_cfg, *, seed: int = 0):
     test = synthetic_records(max(1, n // 4), seed=seed + 2, prefix="test")
     types = list(SYNTHETIC_TYPES)
   elif name in ("jsonl", "conll"):
-    from gp_jax.data import read_conll, read_jsonl
-
     if not data_cfg.train_file:
       raise ValueError(f"data.name={name!r} needs data.train_file")
-
-    def read(path):
-      if name == "jsonl":
-        return list(read_jsonl(path, strict=data_cfg.strict))
-      return list(read_conll(path, scheme=data_cfg.conll_scheme or None, strict=data_cfg.strict))
-
-    train = read(data_cfg.train_file)
+    train = read_user_file(data_cfg, data_cfg.train_file)
     if data_cfg.dev_file:
-      dev = read(data_cfg.dev_file)
+      dev = read_user_file(data_cfg, data_cfg.dev_file)
     else:
       train, dev = _split_off(train, data_cfg.dev_fraction, seed=1234)
       log.info("No dev_file: %d training records held out as dev (fraction %.3f)", len(dev), data_cfg.dev_fraction)
-    test = read(data_cfg.test_file) if data_cfg.test_file else []
-    types = sorted({e["type"] for r in train for e in r["entities"]})
+    test = read_user_file(data_cfg, data_cfg.test_file) if data_cfg.test_file else []
+    types = user_types(train=train, dev=dev, test=test)
   else:
     from gp_jax.data import corpus_types, load_split
 

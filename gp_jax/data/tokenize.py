@@ -1,8 +1,6 @@
-"""Tokenizers (transformers fast tokenizers, char vocab) and character <-> token span alignment.
+"""Tokenizers: transformers fast tokenizers (`HFTokenizer`) and loading a saved one (`load_tokenizer`).
 
-Token indices from `char_to_token_spans` count from the start of the model input: with
-`num_prefix=1` ([CLS]) content token t sits at index t + 1. Entities whose boundaries do not fall on
-token boundaries are reported back, never moved to the nearest token.
+Char -> token alignment of entities lives in `gp_jax.data.windows` (one rule for the package).
 """
 
 from __future__ import annotations
@@ -10,12 +8,9 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
 import numpy as np
 
-from gp_jax.data.types import Encoding, Entity, Tokenizer
+from gp_jax.data.types import Encoding, Tokenizer
 
 MANIFEST = "gp_jax_tokenizer.json"
 
@@ -96,68 +91,3 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     from gp_jax.data.char_tokenizer import CharTokenizer  # pylint: disable=g-import-not-at-top
     return CharTokenizer.load(directory)
   raise ValueError(f"{manifest_path}: unknown tokenizer kind {kind!r}")
-
-
-def char_to_token_spans(
-    offsets: Any,
-    entities: Iterable[Entity | Mapping[str, Any]],
-    *,
-    type_to_id: Mapping[str, int],
-    num_prefix: int = 0,
-) -> tuple[list[tuple[int, int, int]], list[Entity]]:
-  """Maps character entities onto token spans.
-
-  Args:
-    offsets: int [n, 2], character [start, end) of each content token (`Encoding.offsets`).
-    entities: dicts with "start", "end" (exclusive) character offsets and "type".
-    type_to_id: entity type name -> id; an unknown type raises KeyError.
-    num_prefix: special tokens before the content ([CLS] -> 1); added to every token index.
-
-  Returns:
-    (spans, misaligned): spans are (start_tok, end_tok inclusive, type_id); misaligned lists the
-    entities whose start is not a token start or whose end is not a token end (a boundary inside a
-    word piece, or on whitespace), or that cover no token.
-  """
-  offsets_n2 = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
-  # First token starting at each char, last token ending at each char (zero-width tokens skipped).
-  first_at_start, last_at_end = {}, {}
-  for t, (s, e) in enumerate(offsets_n2.tolist()):
-    if e <= s:
-      continue
-    first_at_start.setdefault(s, t)
-    last_at_end[e] = t
-  spans, misaligned = [], []
-  for ent in entities:
-    type_name = ent["type"]
-    if type_name not in type_to_id:
-      raise KeyError(f"entity type {type_name!r} not in type_to_id {sorted(type_to_id)}")
-    start_tok = first_at_start.get(int(ent["start"]))
-    end_tok = last_at_end.get(int(ent["end"]))
-    if start_tok is None or end_tok is None or end_tok < start_tok:
-      misaligned.append(ent)  # type: ignore[arg-type]
-      continue
-    spans.append((start_tok + num_prefix, end_tok + num_prefix, int(type_to_id[type_name])))
-  return spans, misaligned
-
-
-def token_to_char_span(offsets: Any, start_tok: int, end_tok: int, *, num_prefix: int = 0) -> tuple[int, int]:
-  """Token span [start_tok, end_tok] (inclusive, model-input indices) -> character [start, end).
-
-  Raises IndexError when the span touches a special token or padding (outside the content tokens).
-  """
-  offsets_n2 = np.asarray(offsets).reshape(-1, 2)
-  s, e = start_tok - num_prefix, end_tok - num_prefix
-  if not 0 <= s <= e < offsets_n2.shape[0]:
-    raise IndexError(f"token span [{start_tok}, {end_tok}] is outside the content tokens "
-                     f"[{num_prefix}, {num_prefix + offsets_n2.shape[0] - 1}]")
-  return int(offsets_n2[s, 0]), int(offsets_n2[e, 1])
-
-
-def spans_to_entities(offsets: Any, spans: Sequence[tuple[int, int, int]], *, id_to_type: Sequence[str],
-                      num_prefix: int = 0) -> list[Entity]:
-  """Inverse of `char_to_token_spans` for aligned spans: token spans -> character entities."""
-  out = []
-  for start_tok, end_tok, type_id in spans:
-    s, e = token_to_char_span(offsets, start_tok, end_tok, num_prefix=num_prefix)
-    out.append(Entity(start=s, end=e, type=id_to_type[type_id]))
-  return out

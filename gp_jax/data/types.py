@@ -4,7 +4,7 @@ Record (every corpus and user file becomes this):
   {"id": str, "text": str, "entities": [{"start": int, "end": int, "type": str}]}
   character offsets into ``text``, ``end`` exclusive; nested/overlapping allowed.
 
-Batch (what `gp_jax.data.pipeline` yields; numpy arrays, B rows of this process, L = bucket length):
+Batch (what `gp_jax.data.batching` yields; numpy arrays, B rows of this process, L = bucket length):
   features         dict name -> int32 [B, L], one per ``Tokenizer.feature_names`` (input_ids, ...)
   attention_mask   int32 [B, L]    1 for every real token (specials included)
   span_mask        int32 [B, L]    1 for content tokens only (no [CLS]/[SEP], no padding)

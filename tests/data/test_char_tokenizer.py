@@ -137,14 +137,13 @@ def test_load_rejects_other_kind(tmp_path):
     CharTokenizer.load(str(tmp_path))
 
 
-def test_encode_is_fast():
-  import time
-
+def test_encode_batch_at_scale():
+  """20k texts in one call (speed is measured in benchmarks/pipeline_throughput.py --tokenizer char)."""
   rng = np.random.default_rng(0)
   alphabet = np.array(list("中国人民银行北京大学上海市政府公司，。的了在是有和"))
   texts = ["".join(row) for row in rng.choice(alphabet, size=(20000, 44))]
   t = CharTokenizer.build(texts)
-  start = time.perf_counter()
   encs = t.encode_batch(texts)
-  assert time.perf_counter() - start < 5.0  # ~0.2 s here; generous for a loaded machine
   assert sum(len(e) for e in encs) == 44 * 20000
+  for i in (0, 9999, 19999):
+    _eq(encs[i], t.encode(texts[i]))

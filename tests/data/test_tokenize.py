@@ -1,4 +1,4 @@
-"""HFTokenizer (MiniLM vocab), char <-> token span alignment, load_tokenizer dispatch."""
+"""HFTokenizer (MiniLM vocab), the reference char <-> token span alignment, load_tokenizer dispatch."""
 
 import json
 import sys
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gp_jax.data.tokenize import (MANIFEST, HFTokenizer, char_to_token_spans, load_tokenizer,
-                                  spans_to_entities, token_to_char_span)
+from gp_jax.data.tokenize import MANIFEST, HFTokenizer, load_tokenizer
 from gp_jax.data.types import Tokenizer
+from tests.data.reference_align import char_to_token_spans, spans_to_entities, token_to_char_span
 
 TYPES = {"PER": 0, "LOC": 1, "ORG": 2}
 ID_TO_TYPE = ["PER", "LOC", "ORG"]
@@ -212,6 +212,28 @@ def test_chinese_entities_round_trip(tok, chars, data, num_prefix):
   assert spans == [(a + num_prefix, b + num_prefix, TYPES["LOC"])]
   assert token_to_char_span(enc.offsets, a + num_prefix, b + num_prefix, num_prefix=num_prefix) == (
     ent["start"], ent["end"])
+
+
+@HYPO
+@given(data=st.data())
+def test_package_alignment_agrees_with_reference_on_word_pieces(tok, data):
+  """`windows._align` (via prepare_split) and the reference give the same spans and misaligned counts."""
+  from gp_jax.data import windows
+  records = []
+  for r in range(3):
+    text, _ = _join(data.draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=8)), [" ", "  "])
+    ents = []
+    for _ in range(data.draw(st.integers(0, 4))):
+      a = data.draw(st.integers(0, len(text) - 1))
+      ents.append({"start": a, "end": data.draw(st.integers(a + 1, len(text))), "type": "LOC"})
+    records.append({"id": f"r{r}", "text": text, "entities": ents})
+  p = windows.prepare_split(records, tok, types=ID_TO_TYPE, max_len=512)
+  for r, rec in enumerate(records):
+    spans, misaligned = char_to_token_spans(tok.encode(rec["text"]).offsets, rec["entities"], type_to_id=TYPES)
+    mine = p.entity_record == r
+    got = [(s, e, t) for (s, e), t in zip(p.entity_token_E2[mine].tolist(), p.entity_type[mine].tolist()) if s >= 0]
+    assert got == spans
+    assert int((p.entity_status[mine] == windows.MISALIGNED).sum()) == len(misaligned)
 
 
 # ----------------------------------------------------------------------------------------------

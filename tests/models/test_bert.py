@@ -2,7 +2,6 @@
 
 import json
 import logging
-import time
 
 import jax
 import jax.numpy as jnp
@@ -378,8 +377,6 @@ def test_hub_name_fails_fast_without_network(monkeypatch, offline):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     if bert_lib._hub_reachable(constants.ENDPOINT, timeout=3.0):
       pytest.skip("the hub is reachable from here; this checks the unreachable path")
-  start = time.monotonic()
   with pytest.raises(FileNotFoundError, match="not a local directory") as err:
     load_pretrained("gp-jax-tests/no-such-model-xyz")
-  assert time.monotonic() - start < 8.0
   assert ("HF_HUB_OFFLINE" in str(err.value)) == offline
