@@ -7,10 +7,8 @@ from experiments import conll_minilm
 
 
 def get_config(arg=None):
-  c = conll_minilm.get_config(arg)
-  c.data.name = "germeval2014"
-  return c
+  return conll_minilm.get_config(arg, dataset="germeval2014")
 
 
-def get_sweep(hyper=None):
+def get_sweep(arg=None):
   return []

@@ -9,8 +9,8 @@ from gp_jax.configs import base
 
 
 def get_config(arg=None):
-  c = base.get_config(arg)
-  c.data.name = "msra"
+  a = base.parsed_arg(arg, dataset="msra")
+  c = base.get_config(arg, dataset="msra", _defer_quick=True)
   c.data.max_len = 128
   c.data.buckets = (16, 32, 48, 64, 96, 128)
   c.model.encoder = "scratch"
@@ -18,17 +18,16 @@ def get_config(arg=None):
   c.model.num_layers = 4
   c.batch_size = 32
   c.eval_batch_size = 256
-  if not base.parse_arg(arg, **base.ARG_DEFAULTS).epochs:
-    c.num_epochs = 4.0
+  c.num_epochs = a.epochs or 4.0
   c.optimizer.lr = 2e-3
   c.optimizer.warmup_steps = 300
   c.log_every_steps = 200
   c.eval_every_steps = 0  # once per epoch
   c.checkpoint_every_steps = 1000
-  return c
+  return base.shrink_if_quick(c, a)
 
 
-def get_sweep(hyper=None):
+def get_sweep(arg=None):
   """The paper's ablations at CPU scale: RoPE on/off x standard/efficient head."""
   return [{"config.model.use_rope": rope, "config.model.head": head}
           for rope in (True, False) for head in ("standard", "efficient")]

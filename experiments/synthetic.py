@@ -4,8 +4,8 @@ from gp_jax.configs import base
 
 
 def get_config(arg=None):
-  c = base.get_config(arg)
-  c.data.name = "synthetic"
+  a = base.parsed_arg(arg, dataset="synthetic")
+  c = base.get_config(arg, dataset="synthetic", _defer_quick=True)
   c.data.synthetic_records = 600
   c.data.max_len = 64
   c.data.buckets = (32, 64)
@@ -26,8 +26,8 @@ def get_config(arg=None):
   c.log_every_steps = 20
   c.checkpoint_every_steps = 100
   c.progress_bar = False
-  return c
+  return base.shrink_if_quick(c, a)
 
 
-def get_sweep(hyper=None):
+def get_sweep(arg=None):
   return [{"config.model.head": h} for h in ("standard", "efficient")]

@@ -1,9 +1,10 @@
 """A thin Orbax wrapper.
 
-Layout under a workdir:
+Layout under a workdir (local or gs://):
   ckpt/<step>/   last `keep` checkpoints, for resuming: state (params, optimizer, step, rng),
                  data (iterator state, JSON), config (JSON)
-  best/<step>/   the single best checkpoint by dev F1 (same items), for evaluation and predict
+  best/<step>/   one checkpoint of parameters only (params, config): the best by dev F1, or the
+                 final parameters when there is no dev split. Evaluation, predict and init_from read it.
 
 Resume order (`train.py`): a checkpoint in workdir/ckpt, then `config.init_from` (params only),
 then a fresh init.
@@ -18,13 +19,16 @@ import os
 import jax
 import orbax.checkpoint as ocp
 
+from gp_jax import storage
+
 log = logging.getLogger(__name__)
 
 
-def make_manager(directory: str, *, keep: int, best: bool = False) -> ocp.CheckpointManager:
+def make_manager(directory, *, keep: int, best: bool = False) -> ocp.CheckpointManager:
   """Async saves on one process. With several, saves block and each manager gets its own barrier
   prefix: two managers' async barriers otherwise collide ("Barrier _async_write_complete.N is
   already ongoing")."""
+  directory = storage.path(directory)
   multi = jax.process_count() > 1
   options = ocp.CheckpointManagerOptions(
       max_to_keep=keep,
@@ -34,13 +38,13 @@ def make_manager(directory: str, *, keep: int, best: bool = False) -> ocp.Checkp
       create=True,
       enable_async_checkpointing=not multi,
       multiprocessing_options=ocp.options.MultiprocessingOptions(
-          barrier_sync_key_prefix=("best" if best else "ckpt") + "_" + os.path.basename(os.path.normpath(directory))),
+          barrier_sync_key_prefix=("best" if best else "ckpt") + "_" + directory.name),
   )
-  return ocp.CheckpointManager(os.path.abspath(directory), options=options)
+  return ocp.CheckpointManager(directory, options=options)
 
 
-def save(mngr: ocp.CheckpointManager, step: int, *, state, data_state: dict, config_json: str, metrics=None,
-         force: bool = True) -> bool:
+def save(mngr: ocp.CheckpointManager, step: int, *, state, data_state: dict, config_json: str) -> bool:
+  """A resume checkpoint: the whole train state, the data iterator position and the config."""
   return mngr.save(
       step,
       args=ocp.args.Composite(
@@ -48,8 +52,20 @@ def save(mngr: ocp.CheckpointManager, step: int, *, state, data_state: dict, con
           data=ocp.args.JsonSave(data_state),
           config=ocp.args.JsonSave(json.loads(config_json)),
       ),
-      metrics=metrics,
-      force=force,
+      force=True,
+  )
+
+
+def save_params(mngr: ocp.CheckpointManager, step: int, *, params, config_json: str, dev_f1: float) -> bool:
+  """A parameters-only checkpoint (best/); replaces an existing checkpoint of the same step."""
+  if step in mngr.all_steps():
+    mngr.wait_until_finished()
+    mngr.delete(step)
+  return mngr.save(
+      step,
+      args=ocp.args.Composite(params=ocp.args.StandardSave(params), config=ocp.args.JsonSave(json.loads(config_json))),
+      metrics={"dev_f1": float(dev_f1)},
+      force=True,
   )
 
 
@@ -64,12 +80,31 @@ def restore(mngr: ocp.CheckpointManager, abstract_state, step: int | None = None
   return step, out["state"], out["data"]
 
 
-def find_checkpoint_dir(path: str) -> str:
-  """`path` may be a workdir (uses best/, else ckpt/) or a manager directory itself."""
-  for sub in ("best", "ckpt"):
-    d = os.path.join(path, sub)
-    if os.path.isdir(d) and any(n.isdigit() for n in os.listdir(d)):
+def restore_params(mngr: ocp.CheckpointManager, abstract_params, step: int | None = None):
+  """(step, params) from a best/ checkpoint, or the params alone of a resume checkpoint (no optimizer
+  moments are read). `step` defaults to the best step (best/) or the latest."""
+  step = step if step is not None else (mngr.best_step() or mngr.latest_step())
+  if step is None:
+    raise FileNotFoundError(f"no checkpoint in {mngr.directory}")
+  if (storage.path(mngr.directory) / str(step) / "params").exists():
+    out = mngr.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(abstract_params)))
+    return step, out["params"]
+  target = {"params": abstract_params}
+  restore_args = ocp.checkpoint_utils.construct_restore_args(target)
+  out = mngr.restore(step, args=ocp.args.Composite(
+      state=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True)))
+  return step, out["state"]["params"]
+
+
+def _has_steps(d) -> bool:
+  return d.is_dir() and any(p.name.isdigit() for p in d.iterdir())
+
+
+def find_checkpoint_dir(workdir):
+  """`workdir` may be a workdir (uses best/, else ckpt/) or a manager directory itself."""
+  root = storage.path(workdir)
+  for d in (root / "best", root / "ckpt", root):
+    if _has_steps(d):
       return d
-  if os.path.isdir(path) and any(n.isdigit() for n in os.listdir(path)):
-    return path
-  raise FileNotFoundError(f"no Orbax checkpoint under {path!r} (looked in best/, ckpt/ and the folder itself)")
+  raise FileNotFoundError(f"no Orbax checkpoint under {os.fspath(workdir)!r} (looked in best/, ckpt/ and the "
+                          "folder itself)")

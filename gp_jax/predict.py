@@ -1,65 +1,60 @@
 """Predicts entities with a trained workdir: one text per line in, one JSON line per text out.
 
-  python -m gp_jax.predict --workdir=DIR [--input=FILE|-] [--output=FILE|-]
+  python -m gp_jax.predict --workdir=DIR [--input=FILE|-] [--output=FILE|-] [--batch_size=N]
 
-Output: {"text": ..., "entities": [{"start", "end", "type", "text", "score"}]} with character offsets
-into the input line (end exclusive). Texts longer than the model's max length go through sliding windows.
+DIR is local or gs://; it holds everything needed (config, types, tokenizer, encoder config,
+parameters in best/), so the pretrained encoder's folder is never reopened. Output:
+{"text": ..., "entities": [{"start", "end", "type", "text", "score"}]} with character offsets into
+the input line (end exclusive). Texts longer than the model's max length go through sliding windows.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 
-import ml_collections
 from absl import app, flags
 
 from gp_jax import checkpoint as ckpt_lib
 from gp_jax import sharding as shd
-from gp_jax import train
-from gp_jax.data import pipeline
-from gp_jax.data.tokenize import load_tokenizer
+from gp_jax import state as state_lib
+from gp_jax import workdir as wd
+from gp_jax.data import windows
+from gp_jax.evaluate import Evaluator
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir (config.json, tokenizer/, best/ or ckpt/).")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir, local or gs:// (config.json, types.json, "
+                               "tokenizer/, best/ or ckpt/).")
 _INPUT = flags.DEFINE_string("input", "-", "Text file with one text per line, or '-' for standard input.")
 _OUTPUT = flags.DEFINE_string("output", "-", "Where to write JSON lines, or '-' for standard output.")
 _BATCH = flags.DEFINE_integer("batch_size", 0, "Windows per batch (0 = the training config's eval_batch_size).")
 
 
 class Predictor:
-  """A trained model restored from a workdir (best checkpoint by dev F1, else the latest)."""
+  """A trained model restored from a workdir: parameters only (best by dev F1, else the latest)."""
 
   def __init__(self, workdir: str, *, batch_size: int = 0):
-    with open(os.path.join(workdir, "config.json")) as f:
-      self.config = ml_collections.ConfigDict(json.load(f))
-    with open(os.path.join(workdir, "types.json")) as f:
-      self.types = json.load(f)
-    self.tokenizer = load_tokenizer(os.path.join(workdir, "tokenizer"))
-    self.batch_size = batch_size or self.config.eval_batch_size
+    self.config = wd.load_config(workdir)
+    self.types = wd.load_types(workdir)
+    self.tokenizer = wd.load_tokenizer(workdir)
     mesh = shd.make_mesh(-1, 1)
-    self.setup, params = train.init_model(self.config, self.tokenizer, self.types, mesh, load_weights=False)
-    tx, _ = train.make_optimizer(self.config.optimizer, 1, params)
-    target = train.abstract_state(self.setup, tx)
-    directory = ckpt_lib.find_checkpoint_dir(workdir)
-    mngr = ckpt_lib.make_manager(directory, keep=1)
-    step, state, _ = ckpt_lib.restore(mngr, target)
-    self.step, self.params = step, state["params"]
-    self.eval_fn = train.make_eval_fn(self.setup)
+    self.setup, _ = state_lib.init_model(self.config, self.tokenizer, self.types, mesh, load_weights=False,
+                                         encoder_config=wd.load_encoder_config(workdir))
+    mngr = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(workdir), keep=1)
+    self.step, self.params = ckpt_lib.restore_params(mngr, state_lib.abstract_params(self.setup))
+    batch_size = batch_size or self.config.eval_batch_size
+    batch_size += -batch_size % mesh.size  # a multiple of the devices
+    self.evaluator = Evaluator(self.setup, batch_size=batch_size, progress=False)
 
   def predict(self, texts: list[str]) -> list[list[dict]]:
     records = [{"id": str(n), "text": t, "entities": []} for n, t in enumerate(texts)]
-    prepared = pipeline.prepare_split(records, self.tokenizer, types=self.types, max_len=self.config.data.max_len,
-                                      stride=self.config.data.stride or None,
-                                      max_span_width=self.config.data.max_span_width or None, name="predict")
-    hits = train.predict_hits(self.setup, self.eval_fn, self.params, prepared, batch_size=self.batch_size,
-                              buckets=self.config.data.buckets, desc="predict")
-    merged = pipeline.merge_predictions(prepared, hits)
-    out = []
-    for text, ents in zip(texts, merged):
-      out.append([{"start": int(e["start"]), "end": int(e["end"]), "type": e["type"],
-                   "text": text[int(e["start"]):int(e["end"])], "score": round(float(e["score"]), 4)} for e in ents])
-    return out
+    c = self.config.data
+    prepared = windows.prepare_split(records, self.tokenizer, types=self.types, max_len=c.max_len,
+                                     stride=c.stride or None, max_span_width=c.max_span_width or None,
+                                     name="predict")
+    merged = self.evaluator.predict(self.params, prepared)
+    return [[{"start": int(e["start"]), "end": int(e["end"]), "type": e["type"],
+              "text": text[int(e["start"]):int(e["end"])], "score": round(float(e["score"]), 4)} for e in ents]
+            for text, ents in zip(texts, merged)]
 
 
 def main(argv):

@@ -92,9 +92,11 @@ def subprocess_env(devices: int = 8, *, jit_cache: bool = True, **extra) -> dict
   return env
 
 
-def main_command(workdir: str, **overrides) -> list[str]:
-  return [sys.executable, "-m", "gp_jax.main", f"--config={CONFIG_FILE}", f"--workdir={workdir}",
-          *flag_args(**overrides)]
+def main_command(workdir: str, *, faults: dict | None = None, **overrides) -> list[str]:
+  """`python -m gp_jax.main` with TINY + overrides; with `faults` ({flag: value}), tests/fault_main.py instead."""
+  module = "tests.fault_main" if faults else "gp_jax.main"
+  return [sys.executable, "-m", module, f"--config={CONFIG_FILE}", f"--workdir={workdir}",
+          *[f"--{k}={v}" for k, v in (faults or {}).items()], *flag_args(**overrides)]
 
 
 class LogWatcher:
@@ -160,13 +162,14 @@ def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[int]:
   return [p.returncode for p in procs]
 
 
-def run_main(workdir: str, *, timeout: float = 180, env=None, **overrides) -> subprocess.CompletedProcess:
-  return subprocess.run(main_command(workdir, **overrides), cwd=REPO, env=env or subprocess_env(), timeout=timeout,
+def run_main(workdir: str, *, timeout: float = 180, env=None, faults=None, **overrides) -> subprocess.CompletedProcess:
+  return subprocess.run(main_command(workdir, faults=faults, **overrides), cwd=REPO, env=env or subprocess_env(), timeout=timeout,
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def restore_state(workdir: str, *, sub: str = "ckpt", step: int | None = None):
   """(step, state as numpy) of workdir/<sub> (latest step by default), restored onto this process's first device.
+  best/ holds parameters only: then the params tree is returned.
 
   Works for checkpoints written by any mesh or number of processes; None when there is no checkpoint.
   """
@@ -180,11 +183,12 @@ def restore_state(workdir: str, *, sub: str = "ckpt", step: int | None = None):
     step = mngr.latest_step() if step is None else step
     if step is None:
       return None
-    meta = ocp.StandardCheckpointer().metadata(os.path.join(mngr.directory, str(step), "state")).item_metadata
+    item = "params" if sub == "best" else "state"
+    meta = ocp.StandardCheckpointer().metadata(os.path.join(mngr.directory, str(step), item)).item_metadata
     one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one), meta.tree)
-    out = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
-    return step, jax.tree.map(np.asarray, out["state"])
+    out = mngr.restore(step, args=ocp.args.Composite(**{item: ocp.args.StandardRestore(abstract)}))
+    return step, jax.tree.map(np.asarray, out[item])
   finally:
     mngr.close()
 
@@ -203,24 +207,21 @@ def run_train_steps(config, tokenizer, types, batches, mesh):
   import functools
 
   import jax
-  import jax.numpy as jnp
 
   from gp_jax import sharding as shd
+  from gp_jax import state as state_lib
   from gp_jax import train
+  from gp_jax.optim import make_optimizer
 
-  setup, params = train.init_model(config, tokenizer, types, mesh)
+  setup, params = state_lib.init_model(config, tokenizer, types, mesh)
   init_params = jax.tree.map(np.asarray, params)
-  tx, _ = train.make_optimizer(config.optimizer, 100, params)
-  repl = shd.replicated(mesh)
-  opt_shard = shd.tree_shardings(mesh, jax.eval_shape(tx.init, params))
-  opt_state = jax.jit(tx.init, out_shardings=opt_shard)(params)
-  state_shard = {"params": setup.param_shardings, "opt_state": opt_shard, "step": repl, "rng": repl}
-  state = jax.device_put({"params": params, "opt_state": opt_state, "step": jnp.zeros((), jnp.int32),
-                          "rng": jax.random.key_data(jax.random.key(config.seed))}, state_shard)
+  tx, _ = make_optimizer(config.optimizer, 100, params)
+  state = state_lib.init_train_state(setup, params, tx, seed=config.seed)
+  state_shard = state_lib.state_shardings(setup, tx)
   step_fn = jax.jit(
       functools.partial(train.train_step, graphdef=setup.graphdef, rest=setup.rest, tx=tx,
-                        loss_kind=config.loss.kind, max_span_width=config.data.max_span_width or None),
-      in_shardings=(state_shard, None), out_shardings=(state_shard, repl), donate_argnums=0)
+                        loss_kind=config.loss.kind, block_size=setup.block_size),
+      in_shardings=(state_shard, None), out_shardings=(state_shard, shd.replicated(mesh)), donate_argnums=0)
   losses, after_first = [], None
   for batch in batches:
     state, metrics = step_fn(state, shd.global_batch(batch, mesh))
@@ -232,12 +233,13 @@ def run_train_steps(config, tokenizer, types, batches, mesh):
 def train_batches(config, n: int):
   """(tokenizer, types, the first `n` model batches of the config's training data)."""
   from gp_jax import train
-  from gp_jax.data import pipeline
+  from gp_jax.data import batching
+  from gp_jax.evaluate import model_batch
 
-  splits, tokenizer, types = train.prepare_data(config, None)
-  it = pipeline.train_batches(splits["train"], batch_size=config.batch_size, buckets=config.data.buckets,
+  splits, tokenizer, types = train.prepare_data(config)
+  it = batching.train_batches(splits["train"], batch_size=config.batch_size, buckets=config.data.buckets,
                               seed=config.seed)
-  return tokenizer, types, [train.model_batch(next(it)) for _ in range(n)]
+  return tokenizer, types, [model_batch(next(it)) for _ in range(n)]
 
 
 # ----------------------------------------------------------------------------- one trained workdir per session

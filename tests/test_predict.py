@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from gp_jax import predict
-from gp_jax.data import pipeline
+from gp_jax.data import windows
 from tests import helpers_train as ht
 
 BASE = "abc_[12_Xyz]_qq_777"
@@ -51,7 +51,7 @@ def test_predictor_api(trained):
   assert p.step == summary["best_step"]  # the best checkpoint by dev F1
   assert p.config.data.max_len == 48 < len(LONG)
   # The long text really goes through several windows, and its entities sit in the last one.
-  prepared = pipeline.prepare_split([{"id": "x", "text": LONG, "entities": []}], p.tokenizer, types=p.types,
+  prepared = windows.prepare_split([{"id": "x", "text": LONG, "entities": []}], p.tokenizer, types=p.types,
                                     max_len=p.config.data.max_len, stride=p.config.data.stride or None)
   assert prepared.num_windows >= 3
   texts = [t for t, _ in CASES]

@@ -1,4 +1,5 @@
-"""Resuming: after SIGKILL (bit-exact), after SIGTERM (clean exit + checkpoint), and stopping on a NaN loss."""
+"""Resuming: after SIGKILL (bit-exact), after SIGTERM (clean exit + checkpoint), stopping on divergence (a NaN
+loss, or an inf gradient with a finite loss), and a best/ checkpoint newer than ckpt/."""
 
 import json
 import os
@@ -32,7 +33,7 @@ def test_sigkill_then_restart_is_bit_exact(tmp_path):
   ref = subprocess.Popen(ht.main_command(ref_dir, **RESUME), cwd=ht.REPO, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
   try:
-    killed = ht.run_main(run_dir, env=env, timeout=TIMEOUT, **RESUME, **{"debug.sigkill_after_checkpoint_step": 8})
+    killed = ht.run_main(run_dir, env=env, timeout=TIMEOUT, faults={"sigkill_after_checkpoint_step": 8}, **RESUME)
     ref_out = ref.communicate(timeout=TIMEOUT)[0]
   finally:
     if ref.poll() is None:
@@ -44,7 +45,7 @@ def test_sigkill_then_restart_is_bit_exact(tmp_path):
   step, _ = _state_leaves(run_dir)
   assert step == 8
 
-  # Restart the same command without the kill flag (config.json changes; resuming must not care) until it finishes.
+  # Restart the same command without the kill flag until it finishes.
   for attempt in range(3):
     resumed = ht.run_main(run_dir, env=env, timeout=TIMEOUT, **RESUME)
     if resumed.returncode == 0:
@@ -52,8 +53,6 @@ def test_sigkill_then_restart_is_bit_exact(tmp_path):
   assert resumed.returncode == 0, resumed.stdout[-4000:]
   assert attempt == 0
   assert re.search(r"Resumed from \S+ at step 8\b", resumed.stdout), resumed.stdout[-4000:]
-  with open(os.path.join(run_dir, "config.json")) as f:
-    assert json.load(f)["debug"]["sigkill_after_checkpoint_step"] == 0
 
   step_r, got = _state_leaves(run_dir)
   step_ref, want = _state_leaves(ref_dir)
@@ -89,7 +88,7 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
   assert 3 < saved < 100_000
   with open(os.path.join(workdir, "results.json")) as f:
     results = json.load(f)
-  assert results["preempted"] and results["steps"] == saved
+  assert results["preempted"] and results["status"] == "preempted" and results["steps"] == saved
 
   # The checkpoint restores through the library, at the step the run stopped at.
   step, state = ht.restore_state(workdir)
@@ -109,14 +108,56 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
   assert re.search(rf"Resumed from \S+ at step {saved}\b", restarted.stdout), restarted.stdout[-4000:]
   with open(os.path.join(workdir, "results.json")) as f:
     results = json.load(f)
-  assert results["steps"] == saved + 2 and not results["preempted"]
+  assert results["steps"] == saved + 2 and not results["preempted"] and results["status"] == "finished"
 
 
-def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
-  config = ht.tiny_config(num_train_steps=12, checkpoint_every_steps=4, **{"debug.nan_at_step": 6})
-  with pytest.raises(FloatingPointError, match=r"loss is nan at step 6\b.*Last good checkpoint: step 4"):
-    train.train_and_evaluate(config, str(tmp_path))
+def _poison(at_step, *, loss_value, grad_value):
+  """A step_transform that, at step `at_step` (1-based), replaces the loss and every gradient entry."""
+  import jax.numpy as jnp
+
+  def transform(loss, grads, step):
+    hit = step + 1 == at_step
+    loss = jnp.where(hit, loss_value, loss) if loss_value is not None else loss
+    return loss, jax.tree.map(lambda g: jnp.where(hit, grad_value, g), grads)
+
+  return transform
+
+
+@pytest.mark.parametrize("loss_value,grad_value", [(float("nan"), float("nan")), (None, float("inf"))],
+                         ids=["nan_loss", "inf_grad_finite_loss"])
+def test_divergence_stops_and_keeps_last_good_checkpoint(tmp_path, loss_value, grad_value):
+  config = ht.tiny_config(num_train_steps=12, checkpoint_every_steps=4)
+  hooks = train.TrainHooks(step_transform=_poison(6, loss_value=loss_value, grad_value=grad_value))
+  with pytest.raises(FloatingPointError, match=r"diverged at step 6\b.*Last good checkpoint: step 4"):
+    train.train_and_evaluate(config, str(tmp_path), hooks=hooks)
   step, state = ht.restore_state(str(tmp_path))
   assert step == 4 and int(state["step"]) == 4
   assert all(np.isfinite(v).all() for v in ht.flat(state["params"]).values())
-  assert not os.path.exists(os.path.join(tmp_path, "results.json"))
+  with open(os.path.join(tmp_path, "results.json")) as f:
+    results = json.load(f)
+  assert results["status"] == "failed" and "diverged at step 6" in results["error"]
+
+
+def test_resume_when_best_holds_a_newer_step(tmp_path):
+  """best/ at a later step than ckpt/ (saved just before a crash): the resumed run reaches that step with a
+  higher dev F1 and must replace it, not raise StepAlreadyExistsError."""
+  from gp_jax import checkpoint as ckpt_lib
+
+  overrides = dict(num_train_steps=12, checkpoint_every_steps=4, eval_every_steps=12, **{"optimizer.lr": 1e-2})
+  train.train_and_evaluate(ht.tiny_config(**{**overrides, "num_train_steps": 8}), str(tmp_path))
+  step, state = ht.restore_state(str(tmp_path))
+  assert step == 8
+  best = ckpt_lib.make_manager(os.path.join(tmp_path, "best"), keep=1, best=True)
+  for s in list(best.all_steps()):
+    best.delete(s)
+  config_json = open(os.path.join(tmp_path, "config.json")).read()
+  ckpt_lib.save_params(best, 12, params=jax.tree.map(np.zeros_like, state["params"]), config_json=config_json,
+                       dev_f1=0.01)
+  best.wait_until_finished()
+  best.close()
+
+  summary = train.train_and_evaluate(ht.tiny_config(**overrides), str(tmp_path))
+  assert summary["status"] == "finished" and summary["steps"] == 12
+  assert summary["best_step"] == 12 and summary["best_dev_f1"] > 0.01
+  step, params = ht.restore_state(str(tmp_path), sub="best")
+  assert step == 12 and any(np.abs(v).sum() > 0 for v in ht.flat(params).values())

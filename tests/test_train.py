@@ -43,7 +43,10 @@ def test_learns_synthetic_task(trained):
   with open(os.path.join(workdir, "results.json")) as f:
     results = json.load(f)
   assert results["steps"] == summary["steps"] == ht.TRAINED_STEPS
-  assert not results["preempted"]
+  assert not results["preempted"] and results["status"] == "finished"
+  assert sum(b["gold"] for b in results["dev"]["by_length"].values()) == results["dev"]["gold"]
+  assert sum(b["tp"] for b in results["dev"]["by_length"].values()) == results["dev"]["tp"]
+  assert results["train_tokens_per_s"] > 0
   assert results["dev"]["f1"] >= 0.9, results["dev"]
   assert results["test"]["f1"] >= 0.9, results["test"]
   assert results["best_dev_f1"] == pytest.approx(results["dev"]["f1"])
@@ -53,7 +56,9 @@ def test_learns_synthetic_task(trained):
   lines = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
   train_lines = [m for m in lines if m["split"] == "train"]
   every = ht.TRAINED_OVERRIDES["log_every_steps"]
-  assert [m["step"] for m in train_lines] == list(range(every, ht.TRAINED_STEPS, every))
+  # Every log_every_steps, the last step included (TRAINED_STEPS is a multiple of it).
+  assert ht.TRAINED_STEPS % every == 0
+  assert [m["step"] for m in train_lines] == list(range(every, ht.TRAINED_STEPS + 1, every))
   assert all(math.isfinite(m["loss"]) and m["tokens_per_s"] > 0 for m in train_lines)
   assert train_lines[-1]["loss"] < 0.1 * train_lines[0]["loss"]
   dev_lines = [m for m in lines if m["split"] == "dev"]

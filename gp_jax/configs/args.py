@@ -29,3 +29,40 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
       raise ValueError(f"unknown config arg {key!r}; known: {', '.join(sorted(defaults))}")
     out[key] = _coerce(value if eq else "true", defaults[key])
   return ml_collections.ConfigDict(out)
+
+
+def _flat_keys(c, prefix=""):
+  for k, v in c.items():
+    yield prefix + k
+    if isinstance(v, ml_collections.ConfigDict):
+      yield from _flat_keys(v, prefix + k + ".")
+
+
+def check_override_keys(argv) -> str | None:
+  """The first `--config.KEY=...` of argv whose KEY the config lacks, as one line naming the closest keys."""
+  import difflib  # pylint: disable=g-import-not-at-top
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+
+  spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+  if spec is None:
+    return None
+  path, _, arg = spec.partition(":")
+  module_spec = importlib.util.spec_from_file_location("_gp_jax_config", path)
+  module = importlib.util.module_from_spec(module_spec)
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+  import sys  # pylint: disable=g-import-not-at-top
+
+  if repo not in sys.path:
+    sys.path.insert(0, repo)
+  module_spec.loader.exec_module(module)
+  config = module.get_config(arg or None)
+  keys = list(_flat_keys(config))
+  for a in argv:
+    if a.startswith("--config.") and "=" in a:
+      key = a[len("--config."):].split("=", 1)[0]
+      if key not in keys:
+        close = difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
+        hint = f"; closest: {', '.join(close)}" if close else ""
+        return f"unknown config key {key!r} in {a!r}{hint}"
+  return None

@@ -1,7 +1,9 @@
 """Base config. Experiments import `get_config` and override fields.
 
 `arg` is a comma-separated list of flags and key=value pairs, e.g. "quick,head=efficient,rope=False".
-Known keys: quick, head, rope, encoder, dataset, dtype, epochs, seed.
+Known keys: quick, head, rope, encoder, dataset, dtype, epochs, seed. Experiments pass their own
+defaults for these (`get_config(arg, dataset="conll2003", encoder="bert")`), so an arg always wins and
+encoder-dependent settings (the fine-tuning optimizer for bert) are decided here, in one place.
 """
 
 from __future__ import annotations
@@ -14,8 +16,13 @@ ARG_DEFAULTS = dict(quick=False, head="standard", rope=True, encoder="scratch", 
                     epochs=0.0, seed=0)
 
 
-def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  a = parse_arg(arg, **ARG_DEFAULTS)
+def parsed_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+  return parse_arg(arg, **{**ARG_DEFAULTS, **defaults})
+
+
+def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
+  """The base config; experiments pass `_defer_quick=True` and call `shrink_if_quick` after their settings."""
+  a = parsed_arg(arg, **{k: v for k, v in defaults.items() if k != "_defer_quick"})
   c = ml_collections.ConfigDict()
   c.seed = a.seed  # seeds init, dropout and data order
 
@@ -26,7 +33,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.test_file = ""  # jsonl/conll: test file ("" = no test evaluation)
   c.data.conll_scheme = ""  # conll: BIO|IOB1|BIOES|BMES; "" = auto-detect
   c.data.conll_tag_cols = ()  # conll: 0-based tag columns, outer level first, one per nesting level; () = the last column
-  c.data.conll_joiner = "auto"  # conll: string between tokens; "auto" = "" when the file's tokens are single CJK chars, else " "
+  c.data.conll_joiner = "auto"  # conll: string between tokens; "auto" = "" when every token is one char and >= half are CJK, else " "
   c.data.strict = True  # user files: raise on bad records (False: skip them and report counts)
   c.data.manual_dir = ""  # corpus source files ("" = $GP_JAX_DATA/<name> or ../shared/data/<name>)
   c.data.tfds_dir = ""  # where TFDS builders write ("" = ~/.cache/gp_jax/tfds)
@@ -68,6 +75,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   c.loss = ml_collections.ConfigDict()
   c.loss.kind = "sparse_zlpr"  # 'sparse_zlpr' (positives as index lists) or 'zlpr' (dense labels built on device)
+  c.loss.block_size = 0  # span heads: > 0 = blockwise loss/decoding in row blocks of this size, never [B,H,L,L]
 
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.lr = 2e-3  # peak learning rate (encoder)
@@ -100,22 +108,42 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.num_processes = 0  # multihost off-TPU: number of processes
   c.process_id = -1  # multihost off-TPU: this process's id
 
-  c.debug = ml_collections.ConfigDict()
-  c.debug.sigkill_after_checkpoint_step = 0  # tests: SIGKILL self once the checkpoint of this step is on disk
-  c.debug.nan_at_step = 0  # tests: poison the loss at this step
+  c.allow_config_change = False  # resume a workdir whose model/data/tokenizer/optimizer config differs
 
-  if a.quick:
-    c.data.max_train_records = 512
-    c.data.max_eval_records = 256
-    c.num_train_steps = 30
-    c.log_every_steps = 10
-    c.eval_every_steps = 15
-    c.checkpoint_every_steps = 15
-    c.optimizer.warmup_steps = 5
+  if a.encoder == "bert":  # fine-tuning a pretrained encoder
+    c.optimizer.lr = 5e-5
+    c.optimizer.head_lr = 1e-3
+    c.optimizer.b2 = 0.999
+    c.optimizer.warmup_steps = 300
+    c.optimizer.decay = "linear"
+
+  return c if defaults.get("_defer_quick") else shrink_if_quick(c, a)
+
+
+def shrink_if_quick(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`quick`: a smoke run of about a minute on a 2-core CPU, on the experiment's own dataset and encoder.
+
+  Experiments call this last (after their own settings), so nothing they set survives `quick` by accident."""
+  if not a.quick:
+    return c
+  c.data.max_train_records = 512 if c.model.encoder == "scratch" else 256
+  c.data.max_eval_records = 256 if c.model.encoder == "scratch" else 128
+  c.num_train_steps = 30 if c.model.encoder == "scratch" else 16
+  c.num_epochs = 0.0
+  c.log_every_steps = 10 if c.model.encoder == "scratch" else 4
+  c.eval_every_steps = 15 if c.model.encoder == "scratch" else 8
+  c.checkpoint_every_steps = c.eval_every_steps
+  c.optimizer.warmup_steps = 5
+  c.eval_batch_size = 64
+  if c.model.encoder == "scratch":
     c.model.hidden_size = 64
     c.model.num_layers = 2
+  else:
+    c.batch_size = 16
+    c.data.max_len = min(c.data.max_len, 64)
+    c.data.buckets = tuple(b for b in c.data.buckets if b < c.data.max_len)
   return c
 
 
-def get_sweep(hyper=None):
+def get_sweep(arg=None):
   return []

@@ -285,15 +285,17 @@ def _natural_key(s: str) -> list[Any]:
   return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
 
 
-def load_pretrained(path_or_name: str | os.PathLike, *, dtype=jnp.float32) -> Bert:
+def load_pretrained(path_or_name: str | os.PathLike, *, dtype=jnp.float32, overrides: dict[str, Any] | None = None
+                    ) -> Bert:
   """Loads a BERT/RoBERTa checkpoint (config.json + model.safetensors) into a `Bert` in eval mode.
 
   `path_or_name` is a local directory, or a Hugging Face hub name resolved from the local HF cache
-  (or downloaded when online). Parameters are float32; `dtype` is the compute dtype.
+  (or downloaded when online). Parameters are float32; `dtype` is the compute dtype. `overrides`
+  replaces `BertConfig` fields that do not change the weights (e.g. hidden_dropout).
   """
   directory = _resolve(path_or_name)
   with open(directory / "config.json") as f:
-    config = BertConfig.from_hf_dict(json.load(f))
+    config = dataclasses.replace(BertConfig.from_hf_dict(json.load(f)), **(overrides or {}))
   weights_file = directory / "model.safetensors"
   if not weights_file.exists():
     if (directory / "model.safetensors.index.json").exists():

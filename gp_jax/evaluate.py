@@ -1,0 +1,126 @@
+"""Evaluation shared by training and predict: a jitted eval step that returns hits, the hit buffer that
+grows when a batch has more hits than it holds, window merging, and corpus-level span P/R/F1.
+
+The model is reached only through `NerModel.decode_hits` (span heads and taggers alike).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from gp_jax import reporting
+from gp_jax import sharding as shd
+from gp_jax.data import batching, merge
+from gp_jax.metrics import span_prf
+
+log = logging.getLogger(__name__)
+
+HOST_ONLY_FIELDS = ("example_index", "window_start")
+LENGTH_BUCKETS = (("1", 1, 1), ("2", 2, 2), ("3-4", 3, 4), ("5-8", 5, 8), ("9+", 9, None))
+
+
+def model_batch(batch: dict) -> dict:
+  """Pipeline batch -> flat dict of the arrays the model and loss read."""
+  out = {k: v for k, v in batch.items() if k not in HOST_ONLY_FIELDS and k != "features"}
+  out.update(batch["features"])
+  return out
+
+
+def eval_step(params, batch, *, graphdef, rest, size: int, block_size=None, hit_sharding=None):
+  """Hits on device: (count, [size, 4] (window, start, end, type), scores [size])."""
+  model = nnx.merge(graphdef, nnx.State(params), rest)
+  model.eval()
+  count, coords, scores = model.decode_hits(batch, size=size, block_size=block_size, hit_sharding=hit_sharding)
+  b, h, i, j = coords.T
+  return count, jnp.stack([batch["window_index"][b], i, j, h], axis=-1), scores
+
+
+class Evaluator:
+  """Runs a model over prepared splits: hits per window, merged into documents, scored."""
+
+  def __init__(self, setup, *, batch_size: int, progress: bool = True):
+    self.setup = setup
+    self.batch_size = batch_size
+    self.progress = progress
+    self._fns = {}
+
+  def _fn(self, size: int):
+    if size not in self._fns:
+      s = self.setup
+      repl = shd.replicated(s.mesh)
+      fn = functools.partial(eval_step, graphdef=s.graphdef, rest=s.rest, size=size, block_size=s.block_size,
+                             hit_sharding=repl)
+      self._fns[size] = jax.jit(fn, out_shardings=repl)
+    return self._fns[size]
+
+  def hits(self, params, prepared, *, desc: str = "eval") -> dict[str, np.ndarray]:
+    """Hit columns {"window", "start", "end", "type", "score"} over every window of `prepared`."""
+    s = self.setup
+    batches = batching.eval_batches(prepared, batch_size=self.batch_size, buckets=s.config.data.buckets,
+                                    process_index=jax.process_index(), process_count=jax.process_count())
+    cols = {"window": [], "start": [], "end": [], "type": [], "score": []}
+    size = max(64, self.batch_size * 32)
+    for batch in reporting.progress(batches, total=len(batches), desc=desc, enabled=self.progress):
+      gb = shd.global_batch(model_batch(batch), s.mesh)
+      count, coords, scores = self._fn(size)(params, gb)
+      count = int(count)
+      if count > size:
+        size = 1 << int(count - 1).bit_length()
+        log.info("%s: %d hits in one batch, growing the hit buffer to %d", desc, count, size)
+        count, coords, scores = self._fn(size)(params, gb)
+        count = int(count)
+      coords, scores = np.asarray(coords)[:count], np.asarray(scores)[:count]
+      for n, key in enumerate(("window", "start", "end", "type")):
+        cols[key].append(coords[:, n])
+      cols["score"].append(scores)
+    return {k: (np.concatenate(v) if v else np.zeros((0,), np.float32 if k == "score" else np.int32))
+            for k, v in cols.items()}
+
+  def predict(self, params, prepared, *, desc: str = "predict"):
+    """Per record, entity dicts {"start", "end", "type", "score"} (char offsets)."""
+    return merge.merge_predictions(prepared, self.hits(params, prepared, desc=desc))
+
+  def evaluate(self, params, prepared, *, desc: str = "eval"):
+    """(result, merged): `span_prf` over whole documents plus `by_length`, and the merged predictions."""
+    merged = self.predict(params, prepared, desc=desc)
+    pred, gold = merge.prediction_spans(merged), merge.gold_spans(prepared)
+    result = span_prf(pred, gold)
+    result["by_length"] = by_length(prepared, pred, gold)
+    return result, merged
+
+
+def token_lengths(prepared, spans) -> np.ndarray:
+  """Content tokens overlapping each char span (record, start, end, ...) of `spans`."""
+  spans = list(spans)
+  out = np.zeros(len(spans), np.int64)
+  for n, (r, a, b, *_) in enumerate(spans):
+    off = prepared.record_offsets(r)
+    out[n] = int(np.sum((off[:, 0] < b) & (off[:, 1] > a) & (off[:, 1] > off[:, 0])))
+  return out
+
+
+def by_length(prepared, pred, gold) -> dict[str, dict[str, int]]:
+  """tp / pred / gold counts by entity length in the encoder's tokens (buckets 1, 2, 3-4, 5-8, 9+)."""
+  pred, gold = set(pred), set(gold)
+  out = {}
+  lengths = {}
+  for name, spans in (("pred", pred), ("gold", gold)):
+    spans = sorted(spans, key=str)
+    lengths[name] = dict(zip(spans, token_lengths(prepared, spans).tolist()))
+  tp = pred & gold
+  for label, lo, hi in LENGTH_BUCKETS:
+    inside = lambda n: n >= lo and (hi is None or n <= hi)  # noqa: E731
+    out[label] = {"tp": sum(inside(lengths["gold"][s]) for s in tp),
+                  "pred": sum(inside(n) for n in lengths["pred"].values()),
+                  "gold": sum(inside(n) for n in lengths["gold"].values())}
+  return out
+
+
+def flat_result(result: dict) -> dict:
+  return {k: result[k] for k in ("precision", "recall", "f1", "tp", "pred", "gold")}

@@ -1,0 +1,88 @@
+"""Workdir IO through `etils.epath`: local folders, `gs://` and other fsspec URLs behave the same.
+
+Local paths are made absolute; URLs are left as they are (never `os.path.abspath` on `gs://b/run`).
+Files that libraries can only write locally (logging, TensorBoard events) are written to a local
+mirror folder and copied to the workdir on `sync()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from etils import epath
+
+
+def is_url(path: str | os.PathLike) -> bool:
+  return "://" in os.fspath(path)
+
+
+def path(p: str | os.PathLike) -> epath.Path:
+  """An epath.Path; local paths are made absolute (the cwd of later calls must not matter)."""
+  s = os.fspath(p)
+  return epath.Path(s if is_url(s) else os.path.abspath(s))
+
+
+def write_text(p, text: str) -> None:
+  p = path(p)
+  p.parent.mkdir(parents=True, exist_ok=True)
+  p.write_text(text)
+
+
+def write_json(p, obj: Any, **kw) -> None:
+  write_text(p, json.dumps(obj, **kw))
+
+
+def read_json(p) -> Any:
+  return json.loads(path(p).read_text())
+
+
+def upload_dir(local_dir: str | os.PathLike, dst) -> None:
+  """Copies a local folder's files (recursively) to `dst` (local or URL), overwriting."""
+  dst = path(dst)
+  for root, _, files in os.walk(local_dir):
+    rel = os.path.relpath(root, local_dir)
+    target = dst if rel == "." else dst / rel
+    target.mkdir(parents=True, exist_ok=True)
+    for name in files:
+      (target / name).write_bytes(open(os.path.join(root, name), "rb").read())
+
+
+def download_dir(src, local_dir: str | os.PathLike | None = None) -> str:
+  """Copies a folder (local or URL) to a local one (a new temp folder by default); returns its path."""
+  src = path(src)
+  if not src.is_dir():
+    raise FileNotFoundError(f"no folder {src}")
+  if not is_url(os.fspath(src)) and local_dir is None:
+    return os.fspath(src)
+  local_dir = local_dir or tempfile.mkdtemp(prefix="gp_jax_")
+  for p in src.rglob("*"):
+    if p.is_dir():
+      continue
+    out = os.path.join(local_dir, os.fspath(p.relative_to(src)))
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "wb") as f:
+      f.write(p.read_bytes())
+  return local_dir
+
+
+class LocalMirror:
+  """A local folder whose files end up under `remote` (a workdir). For a local workdir it is the workdir
+  itself and `sync` does nothing."""
+
+  def __init__(self, remote):
+    self.remote = path(remote)
+    self.is_remote = is_url(os.fspath(self.remote))
+    self.local = tempfile.mkdtemp(prefix="gp_jax_mirror_") if self.is_remote else os.fspath(self.remote)
+
+  def sync(self) -> None:
+    if self.is_remote:
+      upload_dir(self.local, self.remote)
+
+  def close(self) -> None:
+    self.sync()
+    if self.is_remote:
+      shutil.rmtree(self.local, ignore_errors=True)

@@ -1,0 +1,80 @@
+"""What a workdir holds besides checkpoints, so that predict and resume need nothing else:
+
+  config.json     the training config
+  types.json      entity types, in head order
+  tokenizer/      the tokenizer (scratch vocabulary, or the pretrained tokenizer's files)
+  encoder.json    bert: the HF config.json of the encoder (predict never reopens `model.pretrained`)
+  results.json    written by training: status (finished | preempted | failed), figures
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+
+import ml_collections
+
+from gp_jax import storage
+
+
+def save_run_files(workdir, *, config_json: str, types, tokenizer, encoder_config: dict | None) -> None:
+  root = storage.path(workdir)
+  storage.write_text(root / "config.json", config_json)
+  storage.write_json(root / "types.json", list(types))
+  if encoder_config is not None:
+    storage.write_json(root / "encoder.json", encoder_config, indent=1)
+  with tempfile.TemporaryDirectory(prefix="gp_jax_tok_") as tmp:
+    tokenizer.save(tmp)
+    storage.upload_dir(tmp, root / "tokenizer")
+
+
+def has_tokenizer(workdir) -> bool:
+  return (storage.path(workdir) / "tokenizer").is_dir()
+
+
+def load_tokenizer(workdir):
+  from gp_jax.data.tokenize import load_tokenizer as load  # pylint: disable=g-import-not-at-top
+
+  return load(storage.download_dir(storage.path(workdir) / "tokenizer"))
+
+
+def load_config(workdir) -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(storage.read_json(storage.path(workdir) / "config.json"))
+
+
+def load_types(workdir) -> list[str]:
+  return storage.read_json(storage.path(workdir) / "types.json")
+
+
+def load_encoder_config(workdir) -> dict | None:
+  p = storage.path(workdir) / "encoder.json"
+  return json.loads(p.read_text()) if p.exists() else None
+
+
+def read_results(workdir) -> dict | None:
+  p = storage.path(workdir) / "results.json"
+  return json.loads(p.read_text()) if p.exists() else None
+
+
+# Config sections whose change makes a resumed run another model; where files live may differ between hosts.
+COMPARED_SECTIONS = ("model", "data", "tokenizer", "optimizer", "loss")
+LOCATION_KEYS = ("data.manual_dir", "data.tfds_dir")
+
+
+def _flatten(d, prefix=""):
+  out = {}
+  for k, v in d.items():
+    key = f"{prefix}{k}"
+    if isinstance(v, dict):
+      out.update(_flatten(v, key + "."))
+    else:
+      out[key] = list(v) if isinstance(v, tuple) else v
+  return out
+
+
+def config_changes(old: dict, new: dict) -> list[str]:
+  """Keys of model/data/tokenizer/optimizer/loss whose values differ, as 'key: old -> new'."""
+  a = {k: v for k, v in _flatten(old).items() if k.split(".")[0] in COMPARED_SECTIONS and k not in LOCATION_KEYS}
+  b = {k: v for k, v in _flatten(new).items() if k.split(".")[0] in COMPARED_SECTIONS and k not in LOCATION_KEYS}
+  return [f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}" for k in sorted(set(a) | set(b))
+          if a.get(k) != b.get(k)]
