@@ -59,13 +59,14 @@ def download_dir(src, local_dir: str | os.PathLike | None = None) -> str:
   if not is_url(os.fspath(src)) and local_dir is None:
     return os.fspath(src)
   local_dir = local_dir or tempfile.mkdtemp(prefix="gp_jax_")
-  for p in src.rglob("*"):
+  os.makedirs(local_dir, exist_ok=True)
+  for p in src.iterdir():  # one listing per folder (no recursive glob on GCS)
+    out = os.path.join(local_dir, p.name)
     if p.is_dir():
-      continue
-    out = os.path.join(local_dir, os.fspath(p.relative_to(src)))
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "wb") as f:
-      f.write(p.read_bytes())
+      download_dir(p, out)
+    else:
+      with open(out, "wb") as f:
+        f.write(p.read_bytes())
   return local_dir
 
 

@@ -30,6 +30,7 @@ from gp_jax.data import batching, windows
 from gp_jax.data.sources import load_records
 from gp_jax.evaluate import Evaluator, flat_result, model_batch
 from gp_jax.models.ner import build_tokenizer
+from gp_jax.models.taggers import TAGGERS
 from gp_jax.optim import make_optimizer
 
 log = logging.getLogger("gp_jax.train")
@@ -149,6 +150,11 @@ def prepare_data(config, workdir=None):
   return splits, tokenizer, types
 
 
+def tag_scheme(config) -> str | None:
+  """The tag scheme when the head is a tagger baseline, else None."""
+  return config.model.tag_scheme if config.model.head in TAGGERS else None
+
+
 @dataclasses.dataclass
 class TrainState:
   setup: state_lib.Setup
@@ -179,7 +185,7 @@ def build_state(run: Run, splits, tokenizer, types) -> TrainState:
                       encoder_config=setup.encoder_config)
   train_it = batching.train_batches(splits["train"], batch_size=config.batch_size, buckets=config.data.buckets,
                                     seed=config.seed, process_index=jax.process_index(),
-                                    process_count=jax.process_count())
+                                    process_count=jax.process_count(), tag_scheme=tag_scheme(config))
   total_steps = int(config.num_train_steps) or int(math.ceil(config.num_epochs * train_it.steps_per_epoch))
   tx, lr_schedule = make_optimizer(config.optimizer, total_steps, params)
   state = state_lib.init_train_state(setup, params, tx, seed=config.seed)
@@ -384,6 +390,12 @@ def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> d
     # Data.
     splits, tokenizer, types = prepare_data(config, run.workdir)
     summary["split_stats"] = {k: dataclasses.asdict(v.stats) for k, v in splits.items()}
+    if tag_scheme(config):
+      # One tag layer: nested gold spans it cannot hold stay in the gold set (scored as misses) and are counted.
+      summary["unrepresentable"] = {k: batching.count_unrepresentable(v, scheme=tag_scheme(config))
+                                    for k, v in splits.items()}
+      log.info("Gold spans a single %s tag layer cannot hold (nested/crossing): %s", tag_scheme(config),
+               summary["unrepresentable"])
     if jax.process_count() > 1:
       from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 

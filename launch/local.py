@@ -1,45 +1,96 @@
 """Runs every point of an experiment's sweep on this machine, one after another.
 
-  python -m launch.local --config=experiments/msra_scratch.py --workdir=runs/msra_ablation [--dry_run]
-  python -m launch.local --config=experiments/msra_scratch.py:quick --workdir=runs/q -- --config.seed=1
+  python -m launch.local --config=experiments/rope_ablation.py --workdir=runs/rope
+  python -m launch.local --config=experiments/rope_ablation.py:dataset=cluener2020 --workdir=runs/rope
+  python -m launch.local --config=experiments/synthetic.py:quick --workdir=runs/q --dry_run -- --config.seed=1
 
-A run whose workdir already has results.json is skipped (re-running resumes unfinished ones).
+Each point gets the folder WORKDIR/<arg or "default">/<overrides> (see launch/sweep.py). Points whose
+results.json says "finished" are skipped; the others (preempted, failed, never started) are run with the
+same command, which resumes from their last checkpoint. So after a crash or a SIGTERM, rerun the same line.
+
+SIGTERM or Ctrl-C to this process is passed to the running point as SIGTERM (it saves a checkpoint and stops) and no
+further points start. WORKDIR may be a gs:// path (results are read through etils.epath).
+Exit status: 1 if a point failed, else 0 (preempted points are listed; rerun to resume them).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import signal
 import subprocess
 import sys
 
-from launch import report, sweep
+from launch import sweep
+
+# What happens to a point, from its status before this invocation.
+_ACTION = {sweep.FINISHED: "skipped", sweep.MISSING: "new"}
+
+
+def summary_lines(rows: list[tuple[str, str, str, str]]) -> list[str]:
+  """rows: (name, status before, action, status after) -> a small table and one count line."""
+  width = max(len(r[0]) for r in rows)
+  out = [f"  {n:<{width}}  {before:>9} -> {action:<7} -> {after}" for n, before, action, after in rows]
+  after = [r[3] for r in rows]
+  actions = [r[2] for r in rows]
+  counts = [f"{k} {after.count(k)}" for k in (sweep.FINISHED, sweep.PREEMPTED, sweep.FAILED)]
+  counts += [f"{k} {actions.count(k)}" for k in ("skipped", "resumed", "new")]
+  unfinished = len(after) - sum(after.count(k) for k in (sweep.FINISHED, sweep.PREEMPTED, sweep.FAILED))
+  if unfinished:
+    counts.append(f"unfinished {unfinished}")
+  return [f"sweep summary ({len(rows)} points):", *out, "summary: " + " | ".join(counts)]
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--config", required=True, help="experiment file, optionally with ':arg'")
-  parser.add_argument("--workdir", required=True, help="root folder; one sub-folder per sweep point")
-  parser.add_argument("--dry_run", action="store_true", help="print the commands only")
-  parser.add_argument("extra", nargs="*", help="extra flags passed to every run (after --)")
+  parser = argparse.ArgumentParser(prog="python -m launch.local", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--config", required=True, help="experiment file, optionally with ':arg' (passed to "
+                      "get_config and get_sweep)")
+  parser.add_argument("--workdir", required=True, help="sweep root; one sub-folder per point (local or gs://)")
+  parser.add_argument("--dry_run", action="store_true", help="print each point's status and command; run nothing")
+  parser.add_argument("extra", nargs="*", help="flags passed to every run, after '--' (e.g. -- --config.seed=1)")
   args = parser.parse_args(argv)
   runs = sweep.expand(args.config, args.workdir, extra=args.extra)
-  failed = []
-  for n, run in enumerate(runs, 1):
-    print(f"[{n}/{len(runs)}] {run.name}: {run.command}", flush=True)
-    if args.dry_run:
-      continue
-    if os.path.exists(os.path.join(run.workdir, "results.json")):
-      print("  done already (results.json exists), skipping", flush=True)
-      continue
-    if subprocess.run(run.argv).returncode != 0:
-      failed.append(run.name)
-  if not args.dry_run:
-    print(report.markdown_table(report.collect(args.workdir)))
-  if failed:
-    print(f"{len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
-    return 1
-  return 0
+
+  state = {"child": None, "stop": False}
+
+  def forward(signum, frame):
+    state["stop"] = True
+    if state["child"] is not None and state["child"].poll() is None:
+      state["child"].send_signal(signal.SIGTERM)  # the run saves a checkpoint on SIGTERM
+
+  old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+  rows = []
+  try:
+    for n, run in enumerate(runs, 1):
+      before, _ = sweep.run_status(run.workdir)
+      action = _ACTION.get(before, "resumed")
+      print(f"[{n}/{len(runs)}] {run.name} ({before}, {action}): {run.command}", flush=True)
+      if args.dry_run or action == "skipped" or state["stop"]:
+        rows.append((run.name, before, action if not state["stop"] else "not run", before))
+        continue
+      # Own session: Ctrl-C reaches only this process, which turns it into a SIGTERM for the run.
+      child = state["child"] = subprocess.Popen(run.argv, start_new_session=True)
+      print(f"  pid {child.pid}", flush=True)
+      rc = child.wait()
+      state["child"] = None
+      after, results = sweep.run_status(run.workdir)
+      if rc != 0 and after != sweep.FAILED:
+        after = sweep.FAILED  # crashed before (or while) writing results.json
+      if after == sweep.FAILED:
+        print(f"  failed (exit {rc}): {(results or {}).get('error', 'see the output above')}", flush=True)
+      rows.append((run.name, before, action, after))
+  finally:
+    for s, h in old.items():
+      signal.signal(s, h)
+
+  print("\n".join(summary_lines(rows)), flush=True)
+  if args.dry_run:
+    print("(dry run: nothing was run; statuses are the current ones)", flush=True)
+    return 0
+  if any(r[3] != sweep.FINISHED for r in rows):
+    print("Rerun the same command to resume unfinished points; "
+          f"results: python -m launch.report {args.workdir}", flush=True)
+  return 1 if any(r[3] == sweep.FAILED for r in rows) else 0
 
 
 if __name__ == "__main__":

@@ -1,19 +1,37 @@
-"""Expands an experiment's get_sweep() into runs: (name, workdir, command line)."""
+"""Expands an experiment's get_sweep(arg) into runs (name, workdir, command line) and reads run status.
+
+Run folders are `<arg>/<overrides>` under the sweep's root, e.g. `dataset=cluener2020/use_rope=False,seed=1`,
+so two `:arg`s of one experiment never share a folder. Names keep only filesystem-safe characters; a part that
+had to be changed gets a short hash of the original, so two different points never map to one folder.
+
+  python -m launch.sweep finished WORKDIR   # exit 0 when WORKDIR/results.json says "finished" (queue scripts)
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
+import inspect
+import json
 import os
+import posixpath
+import re
 import shlex
 import sys
+
+FINISHED, PREEMPTED, FAILED = "finished", "preempted", "failed"
+STARTED, MISSING = "started", "missing"  # a workdir without results.json / no workdir at all
+
+_SAFE = re.compile(r"[^A-Za-z0-9._=,+-]")
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-  name: str
+  name: str  # "<arg part>/<override part>", relative to the sweep root
   workdir: str
   argv: tuple[str, ...]
+  overrides: tuple[tuple[str, object], ...] = ()
 
   @property
   def command(self) -> str:
@@ -22,6 +40,8 @@ class Run:
 
 def load_module(path: str):
   spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+  if spec is None:
+    raise FileNotFoundError(f"no experiment file {path!r}")
   module = importlib.util.module_from_spec(spec)
   repo = os.path.dirname(os.path.dirname(os.path.abspath(path)))
   if repo not in sys.path:
@@ -30,25 +50,122 @@ def load_module(path: str):
   return module
 
 
-def _slug(overrides: dict) -> str:
-  parts = []
-  for k, v in overrides.items():
-    key = k.split(".")[-1]
-    parts.append(f"{key}={v}")
-  return ",".join(parts) or "base"
+def sweep_points(module, arg: str | None) -> list[dict]:
+  """module.get_sweep(arg), or get_sweep() for old experiments that take no argument; [] without get_sweep."""
+  fn = getattr(module, "get_sweep", None)
+  if fn is None:
+    return []
+  params = inspect.signature(fn).parameters.values()
+  takes_arg = any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
+  return list((fn(arg) if takes_arg else fn()) or [])
 
 
-def expand(config_spec: str, workdir_root: str, *, extra: list[str] = (), python: str = sys.executable) -> list[Run]:
-  """`config_spec` is "path.py" or "path.py:arg"; one Run per get_sweep() entry (one run if it is empty)."""
+def safe_name(text: str, *, empty: str) -> str:
+  """`text` with only [A-Za-z0-9._=,+-]; a hash of the original is appended when anything had to change."""
+  if not text:
+    return empty
+  out = _SAFE.sub("_", text)[:80]
+  if out != text or out in (".", "..") or out.startswith("-"):
+    out = f"{out.lstrip('-')}+{hashlib.sha1(text.encode()).hexdigest()[:6]}"
+  return out
+
+
+def short_keys(keys) -> dict[str, str]:
+  """Full override key -> the shortest dotted suffix that no other key shares ("config." is never kept)."""
+  keys = list(dict.fromkeys(keys))
+  parts = {k: k.removeprefix("config.").split(".") for k in keys}
+  out = {}
+  for k in keys:
+    for n in range(1, len(parts[k]) + 1):
+      cand = ".".join(parts[k][-n:])
+      if not any(o != k and ".".join(parts[o][-n:]) == cand for o in keys):
+        break
+    out[k] = cand
+  return out
+
+
+def _value(v) -> str:
+  return str(v)
+
+
+def run_name(arg: str | None, overrides: dict, short: dict[str, str]) -> str:
+  over = ",".join(f"{short[k]}={_value(v)}" for k, v in overrides.items())
+  return f"{safe_name(arg or '', empty='default')}/{safe_name(over, empty='base')}"
+
+
+def join(root: str, name: str) -> str:
+  return posixpath.join(root.rstrip("/"), name) if "://" in root else os.path.join(root, name)
+
+
+def expand(config_spec: str, workdir_root: str, *, extra=(), python: str = sys.executable,
+           command_config: str | None = None) -> list[Run]:
+  """`config_spec` is "path.py" or "path.py:arg"; one Run per get_sweep(arg) entry (one run if it is empty).
+
+  `command_config` is the --config value written into the commands (default `config_spec`), e.g. a path
+  relative to the repository for remote hosts.
+  """
   path, _, arg = config_spec.partition(":")
-  module = load_module(path)
-  sweep = module.get_sweep() if hasattr(module, "get_sweep") else []
-  runs = []
-  for overrides in sweep or [{}]:
-    name = _slug(overrides)
-    workdir = os.path.join(workdir_root, name)
-    argv = [python, "-m", "gp_jax.main", f"--config={config_spec}", f"--workdir={workdir}"]
-    argv += [f"--{k}={v}" for k, v in overrides.items()]
+  points = sweep_points(load_module(path), arg if ":" in config_spec else None) or [{}]
+  short = short_keys(k for p in points for k in p)
+  runs, seen = [], {}
+  for overrides in points:
+    name = run_name(arg, overrides, short)
+    if name in seen:
+      raise ValueError(f"{path}: sweep points {seen[name]} and {overrides} both map to folder {name!r}")
+    seen[name] = overrides
+    workdir = join(workdir_root, name)
+    argv = [python, "-m", "gp_jax.main", f"--config={command_config or config_spec}", f"--workdir={workdir}"]
+    argv += [f"--{k}={_value(v)}" for k, v in overrides.items()]
     argv += list(extra)
-    runs.append(Run(name, workdir, tuple(argv)))
+    runs.append(Run(name, workdir, tuple(argv), tuple(overrides.items())))
   return runs
+
+
+# ----------------------------------------------------------------------------- run status (local or gs://)
+
+
+def read_json(path) -> dict | None:
+  """Parsed JSON at `path` (str or epath.Path), None when absent or unreadable (e.g. half-written)."""
+  from etils import epath
+
+  path = epath.Path(path)
+  try:
+    return json.loads(path.read_text())
+  except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+    return None
+
+
+def status_of(results: dict | None, *, workdir_exists: bool = True) -> str:
+  """finished|preempted|failed from results.json; started (workdir, no results) or missing (no workdir).
+
+  Older results.json files have no "status": they count as preempted when they say so, else finished.
+  """
+  if results is None:
+    return STARTED if workdir_exists else MISSING
+  status = results.get("status")
+  if status:
+    return str(status)
+  return PREEMPTED if results.get("preempted") else FINISHED
+
+
+def run_status(workdir: str) -> tuple[str, dict | None]:
+  from etils import epath
+
+  results = read_json(epath.Path(workdir) / "results.json")
+  exists = results is not None or epath.Path(workdir).exists()
+  return status_of(results, workdir_exists=exists), results
+
+
+def main(argv=None):
+  import argparse
+
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = parser.add_subparsers(dest="cmd", required=True)
+  p = sub.add_parser("finished", help="exit 0 when WORKDIR/results.json says finished, 1 otherwise")
+  p.add_argument("workdir", help="a run's workdir (local or gs://)")
+  args = parser.parse_args(argv)
+  return 0 if run_status(args.workdir)[0] == FINISHED else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())

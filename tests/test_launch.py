@@ -1,15 +1,41 @@
+"""launch/: sweep folders, the local runner (a real sweep, SIGTERM, rerun), the TPU pod commands and queue script."""
+
 import json
 import os
+import re
+import shlex
+import signal
 import subprocess
 import sys
+import textwrap
+import threading
+import time
 
 import pytest
 
 from gp_jax.configs import base
 from gp_jax.configs.args import parse_arg
-from launch import report, sweep
+from launch import local, sweep, tpu
+from tests import helpers_train as ht
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXPERIMENTS = os.path.join(REPO, "experiments")
+
+
+def _write_experiment(folder, body: str, name: str = "exp.py") -> str:
+  path = os.path.join(folder, name)
+  with open(path, "w") as f:
+    f.write(textwrap.dedent(body))
+  return path
+
+
+def _write_results(workdir, **results):
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "results.json"), "w") as f:
+    json.dump(results, f)
+
+
+# ----------------------------------------------------------------------------- configs and sweeps
 
 
 def test_parse_arg_types_and_errors():
@@ -26,32 +52,335 @@ def test_base_config_quick_and_args():
   assert c.model.head == "efficient" and c.model.use_rope is False and c.num_train_steps > 0
 
 
-@pytest.mark.parametrize("name", sorted(f for f in os.listdir(os.path.join(REPO, "experiments")) if f.endswith(".py") and not f.startswith("_")))
+EXPERIMENT_FILES = sorted(f for f in os.listdir(EXPERIMENTS) if f.endswith(".py") and not f.startswith("_"))
+
+
+@pytest.mark.parametrize("name", EXPERIMENT_FILES)
 def test_every_experiment_builds_and_sweeps(name):
-  module = sweep.load_module(os.path.join(REPO, "experiments", name))
+  module = sweep.load_module(os.path.join(EXPERIMENTS, name))
   config = module.get_config(None)
   assert config.model.head in ("standard", "efficient")
-  for overrides in module.get_sweep():
+  for overrides in sweep.sweep_points(module, None):
     for key in overrides:
       node = config
       parts = key.split(".")[1:]
       for p in parts[:-1]:
         node = node[p]
       assert parts[-1] in node, f"{name}: sweep key {key} is not a config field"
+  assert len({r.workdir for r in sweep.expand(os.path.join(EXPERIMENTS, name), "/r")}) >= 1
 
 
-def test_sweep_expansion_and_report(tmp_path):
-  runs = sweep.expand(os.path.join(REPO, "experiments", "msra_scratch.py"), str(tmp_path))
-  assert len(runs) == 4 and len({r.workdir for r in runs}) == 4
-  assert any("--config.model.use_rope=False" in r.argv for r in runs)
-  os.makedirs(runs[0].workdir)
-  with open(os.path.join(runs[0].workdir, "results.json"), "w") as f:
-    json.dump({"steps": 10, "dev": {"f1": 0.5}, "test": {"f1": 0.25}, "wall_minutes": 1.0}, f)
-  table = report.markdown_table(report.collect(str(tmp_path)))
-  assert "0.2500" in table and "0.5000" in table
+ROPE_LIKE = """
+    def get_config(arg=None):
+      return None
+    def get_sweep(arg=None):
+      seeds = (0, 1) if arg and "cluener" in arg else (0,)
+      return [{"config.model.use_rope": r, "config.seed": s} for r in (True, False) for s in seeds]
+    """
+
+
+def test_run_folders_come_from_arg_and_overrides(tmp_path):
+  exp = _write_experiment(tmp_path, ROPE_LIKE)
+  plain = sweep.expand(exp, str(tmp_path))
+  cluener = sweep.expand(exp + ":dataset=cluener2020", str(tmp_path))
+  want = [f"dataset=cluener2020/use_rope={b},seed={s}" for b in (True, False) for s in (0, 1)]
+  assert [r.name for r in cluener] == want
+  assert [r.name for r in plain] == [f"default/use_rope={b},seed=0" for b in (True, False)]
+  r = cluener[3]
+  assert r.argv[1:] == ("-m", "gp_jax.main", f"--config={exp}:dataset=cluener2020", f"--workdir={tmp_path}/{r.name}",
+                        "--config.model.use_rope=False", "--config.seed=1")
+  assert sweep.expand(exp, "gs://b/runs/")[0].workdir == "gs://b/runs/default/use_rope=True,seed=0"
+  # The real experiment: two datasets under one root never share a folder.
+  rope = os.path.join(EXPERIMENTS, "rope_ablation.py")
+  a, b = sweep.expand(rope, "/r"), sweep.expand(rope + ":dataset=cluener2020", "/r")
+  assert not {r.workdir for r in a} & {r.workdir for r in b}
+
+
+def test_sweep_names_short_keys_safe_chars_and_signatures(tmp_path):
+  path = _write_experiment(tmp_path, """
+      SEEN = []
+      def get_config(arg=None):
+        return None
+      def get_sweep(arg):
+        SEEN.append(arg)
+        return [{"config.model.dropout": 0.1, "config.data.dropout": 0.2, "config.seed": 1},
+                {"config.model.dropout": 0.3, "config.data.dropout": 0.2, "config.seed": 1},
+                {"config.data.train_file": "a b/c's \\"x\\".jsonl"}]
+      """)
+  runs = sweep.expand(path + ":quick,head=x y", "/root")
+  names = [r.name for r in runs]
+  assert names[0] == names[0].split("/")[0] + "/model.dropout=0.1,data.dropout=0.2,seed=1"
+  assert names[1].endswith("/model.dropout=0.3,data.dropout=0.2,seed=1")
+  arg_part = names[0].split("/")[0]
+  assert arg_part.startswith("quick,head=x_y+") and len({n.split("/")[0] for n in names}) == 1
+  assert all(re.fullmatch(r"[A-Za-z0-9._=,+-]+/[A-Za-z0-9._=,+-]+", n) for n in names), names
+  assert len(set(names)) == 3
+  # Two args that sanitise alike still get different folders.
+  other = sweep.expand(path + ":quick,head=x_y", "/root")[0].name.split("/")[0]
+  assert other == "quick,head=x_y" and other != arg_part
+  # get_sweep receives the arg; "" for "file.py:", None without a colon.
+  mod = sweep.load_module(path)
+  sweep.sweep_points(mod, "dataset=a")
+  assert mod.SEEN[-1] == "dataset=a"
+
+  old = _write_experiment(tmp_path, """
+      def get_config(arg=None):
+        return None
+      def get_sweep():
+        return [{"config.seed": 0}, {"config.seed": 1}]
+      """, "old.py")
+  assert [r.name for r in sweep.expand(old + ":", "/r")] == ["default/seed=0", "default/seed=1"]
+  dup = _write_experiment(tmp_path, """
+      def get_sweep(arg=None):
+        return [{"config.seed": 0}, {"config.seed": 0}]
+      """, "dup.py")
+  with pytest.raises(ValueError, match="both map to folder"):
+    sweep.expand(dup, "/r")
+  none = _write_experiment(tmp_path, "def get_config(arg=None):\n  return None\n", "none.py")
+  assert [r.name for r in sweep.expand(none, "/r")] == ["default/base"]
+
+
+def test_status_of_results():
+  assert sweep.status_of(None, workdir_exists=False) == sweep.MISSING
+  assert sweep.status_of(None) == sweep.STARTED
+  for s in ("finished", "preempted", "failed"):
+    assert sweep.status_of({"status": s}) == s
+  assert sweep.status_of({"preempted": True, "steps": 3}) == "preempted"  # files from before "status"
+
+
+def test_local_dry_run_reports_plan(tmp_path, capsys):
+  exp = _write_experiment(tmp_path, ROPE_LIKE)
+  root = str(tmp_path / "runs")
+  runs = sweep.expand(exp + ":cluener", root)
+  _write_results(runs[0].workdir, status="finished")
+  _write_results(runs[1].workdir, status="preempted")
+  _write_results(runs[2].workdir, status="failed", error="boom")
+  assert local.main([f"--config={exp}:cluener", f"--workdir={root}", "--dry_run"]) == 0
+  out = capsys.readouterr().out
+  assert f"{runs[0].name} (finished, skipped)" in out and f"{runs[1].name} (preempted, resumed)" in out
+  assert f"{runs[2].name} (failed, resumed)" in out and f"{runs[3].name} (missing, new)" in out
+  assert "skipped 1 | resumed 2 | new 1" in out
+
+
+# ----------------------------------------------------------------------------- a real local sweep
+
+
+class _Lines:
+  """Reads a process's merged output on a thread; wait_for(regex, after=i) -> (index, line) of the next match."""
+
+  def __init__(self, proc):
+    self.lines, self.done, self.cond = [], False, threading.Condition()
+    self.proc = proc
+    threading.Thread(target=self._read, daemon=True).start()
+
+  def _read(self):
+    for line in self.proc.stdout:
+      with self.cond:
+        self.lines.append(line)
+        self.cond.notify_all()
+    with self.cond:
+      self.done = True
+      self.cond.notify_all()
+
+  def wait_for(self, pattern, *, after=0, timeout=60.0):
+    end = time.monotonic() + timeout
+    with self.cond:
+      while True:
+        for i in range(after, len(self.lines)):
+          if re.search(pattern, self.lines[i]):
+            return i, self.lines[i]
+        after = len(self.lines)
+        if self.done or time.monotonic() > end:
+          raise AssertionError(f"no line matching {pattern!r}; output:\n{''.join(self.lines)[-4000:]}")
+        self.cond.wait(max(end - time.monotonic(), 0.01))
+
+
+SWEEP_STEPS = 300  # long enough that the SIGTERM after the first logged step lands mid-run
+
+
+def _status(workdir):
+  with open(os.path.join(workdir, "results.json")) as f:
+    return json.load(f)
+
+
+def test_local_sweep_sigterm_then_rerun_resumes_and_skips(tmp_path):
+  env = ht.subprocess_env(devices=1)
+  root = str(tmp_path / "sweep")
+  cmd = [sys.executable, "-m", "launch.local", f"--config={ht.CONFIG_FILE}", f"--workdir={root}", "--",
+         *ht.flag_args(num_train_steps=SWEEP_STEPS)]
+  runs = sweep.expand(ht.CONFIG_FILE, root)
+  assert len(runs) == 2
+
+  proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  try:
+    out = _Lines(proc)
+    i, line = out.wait_for(r"^  pid \d+$")
+    pid = int(line.split()[-1])
+    out.wait_for(r"\bstep \d+", after=i + 1)  # the first point is training
+    os.kill(pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0, "".join(out.lines)[-4000:]
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  first = "".join(out.lines)
+  assert "summary: finished 1 | preempted 1 | failed 0 | skipped 0 | resumed 0 | new 2" in first, first[-4000:]
+  stopped = _status(runs[0].workdir)
+  assert stopped["status"] == "preempted" and stopped["steps"] < SWEEP_STEPS
+  assert _status(runs[1].workdir)["status"] == "finished"
+  finished_before = open(os.path.join(runs[1].workdir, "results.json")).read()
+
+  again = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=120)
+  assert again.returncode == 0, again.stdout[-4000:]
+  text = again.stdout
+  assert f"{runs[0].name} (preempted, resumed)" in text and f"{runs[1].name} (finished, skipped)" in text
+  assert "summary: finished 2 | preempted 0 | failed 0 | skipped 1 | resumed 1 | new 0" in text, text[-4000:]
+  resumed = _status(runs[0].workdir)
+  assert resumed["status"] == "finished" and resumed["steps"] == SWEEP_STEPS
+  with open(os.path.join(runs[0].workdir, "metrics.jsonl")) as f:
+    train_steps = [json.loads(ln)["step"] for ln in f if '"train"' in ln]
+  assert train_steps.count(1) == 1 and max(train_steps) >= SWEEP_STEPS - 1  # resumed, not restarted
+  assert open(os.path.join(runs[1].workdir, "results.json")).read() == finished_before  # not rerun
+  assert again.stdout.count("  pid ") == 1
+
+
+# ----------------------------------------------------------------------------- TPU pod commands
+
+
+def test_pod_commands_exact():
+  cmds = tpu.run_commands(tpu="pod", zone="us-central2-b", project=None, sha="abc123", tarball="/t/x.tar.gz",
+                          queue_file="/t/queue.sh")
+  g = ["gcloud", "compute", "tpus", "tpu-vm"]
+  assert cmds == [
+      g + ["scp", "/t/x.tar.gz", "pod:~/gp_jax-abc123.tar.gz", "--worker=all", "--zone=us-central2-b"],
+      g + ["ssh", "pod", "--worker=all", "--zone=us-central2-b",
+           "--command=set -e; mkdir -p ~/gp_jax-abc123 && tar -xzf ~/gp_jax-abc123.tar.gz -C ~/gp_jax-abc123 && "
+           "cd ~/gp_jax-abc123 && python3 -m pip install -q '.[tpu]'"],
+      g + ["scp", "/t/queue.sh", "pod:~/gp_jax-abc123/queue.sh", "--worker=all", "--zone=us-central2-b"],
+      g + ["ssh", "pod", "--worker=all", "--zone=us-central2-b",
+           "--command=cd ~/gp_jax-abc123 && nohup setsid bash queue.sh > ~/gp_jax-abc123/queue.log 2>&1 "
+           "< /dev/null &"],
+  ]
+  with_project = tpu.run_commands(tpu="pod", zone="z", project="proj", sha="abc123", tarball="t", queue_file="q",
+                                  python="~/venv/bin/python")
+  assert all(c.count("--project=proj") == 1 and "--worker=all" in c and "--zone=z" in c for c in with_project)
+  assert with_project[1][-1].endswith('"$HOME"/venv/bin/python -m pip install -q \'.[tpu]\'')
+  assert tpu.archive_command("v1", "/t/a.tar.gz") == ["git", "archive", "--format=tar.gz", "-o", "/t/a.tar.gz", "v1"]
+
+
+TRICKY = """
+    def get_config(arg=None):
+      return None
+    def get_sweep(arg=None):
+      return [{"config.data.train_file": "my file's, \\"quoted\\".jsonl", "config.seed": 0},
+              {"config.data.train_file": "plain.jsonl", "config.seed": 1},
+              {"config.data.train_file": "$HOME `x` ;|&", "config.seed": 2}]
+    """
+
+
+def test_queue_script_quotes_and_lists_every_point_once(tmp_path):
+  os.makedirs(tmp_path / "experiments")
+  _write_experiment(tmp_path / "experiments", TRICKY)
+  config = str(tmp_path / "experiments" / "exp.py") + ":name=a b,c='d' \"e\""
+  runs = tpu.pod_runs(config, "gs://bucket/runs x", ["--config.note=it's, a \"note\""], repo=str(tmp_path))
+  script = tpu.queue_script(runs, sha="abc123", config=config)
+  path = tmp_path / "queue.sh"
+  path.write_text(script)
+  check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+  assert check.returncode == 0, check.stderr
+  point_lines = [ln for ln in script.splitlines() if ln.startswith("run_point ")]
+  assert len(point_lines) == len(runs) == 3
+  for i, (ln, run) in enumerate(zip(point_lines, runs), 1):
+    words = shlex.split(ln)
+    assert words == ["run_point", str(i), run.name, run.workdir, "$PY", *run.argv[1:]]
+    assert words[5:8] == ["-m", "gp_jax.main", "--config=experiments/exp.py:name=a b,c='d' \"e\""]
+    assert words.count("--config.multihost=True") == 1 and words[-1] == "--config.multihost=True"
+    assert "--config.note=it's, a \"note\"" in words
+  assert sorted(shlex.split(ln)[2] for ln in point_lines) == sorted({r.name for r in runs})
+  assert "PY=python3" in script and "nohup" not in script.split("run_point()")[1]
+
+
+def test_queue_script_runs_points_skipping_finished(tmp_path):
+  """Runs the generated script with bash and a fake Python: finished points skipped, the rest run once each."""
+  os.makedirs(tmp_path / "experiments")
+  _write_experiment(tmp_path / "experiments", TRICKY)
+  root = str(tmp_path / "runs")
+  runs = tpu.pod_runs(str(tmp_path / "experiments" / "exp.py"), root, repo=str(tmp_path))
+  _write_results(runs[1].workdir, status="finished")
+  _write_results(runs[2].workdir, status="preempted")
+  fake = tmp_path / "fake_python"
+  fake.write_text(textwrap.dedent(f"""\
+      #!{sys.executable}
+      import json, os, sys
+      args = sys.argv[1:]
+      if args[:2] == ["-m", "launch.sweep"]:
+        os.execv(sys.executable, [sys.executable, *args])
+      with open(os.environ["FAKE_LOG"], "a") as f:
+        f.write(json.dumps(args) + "\\n")
+      print("fake training", args[-1])
+      """))
+  fake.chmod(0o755)
+  qdir = tmp_path / "gp_jax-abc"
+  os.makedirs(qdir)
+  (qdir / "queue.sh").write_text(tpu.queue_script(runs, sha="abc", config="x", python=str(fake)))
+  env = dict(os.environ, HOME=str(tmp_path), FAKE_LOG=str(tmp_path / "calls.jsonl"), PYTHONPATH=REPO)
+  done = subprocess.run(["bash", str(qdir / "queue.sh")], env=env, capture_output=True, text=True, timeout=60)
+  assert done.returncode == 0, done.stdout + done.stderr
+  calls = [json.loads(ln) for ln in (tmp_path / "calls.jsonl").read_text().splitlines()]
+  assert calls == [list(runs[0].argv[1:]), list(runs[2].argv[1:])]
+  assert "finished already, skipping" in done.stdout
+  for r in (runs[0], runs[2]):
+    logs = [f for f in os.listdir(r.workdir) if f.startswith("launch-w")]
+    assert len(logs) == 1 and "fake training" in open(os.path.join(r.workdir, logs[0])).read()
+
+
+def test_tpu_dry_run_prints_commands(tmp_path, capsys):
+  config = "experiments/synthetic.py:quick"
+  rc = tpu.main(["run", "--tpu=pod", "--zone=z", "--project=p", f"--config={config}", "--workdir=/local/runs",
+                 "--dry_run", "--", "--config.num_epochs=1"])
+  assert rc == 0
+  captured = capsys.readouterr()
+  assert "not gs://" in captured.err
+  lines = [shlex.split(ln) for ln in captured.out.splitlines() if ln.startswith(("gcloud ", "git "))]
+  assert [ln[:5] for ln in lines] == [["git", "archive", "--format=tar.gz", "-o", lines[0][4]]] + [
+      ["gcloud", "compute", "tpus", "tpu-vm", c] for c in ("scp", "ssh", "scp", "ssh")]
+  sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,
+                       text=True).stdout.strip()
+  assert lines[0][-1] == "HEAD" and sha in lines[1][6]
+  queue = lines[3][5]
+  assert lines[1:] == tpu.run_commands(tpu="pod", zone="z", project="p", sha=sha, tarball=lines[0][4], queue_file=queue)
+  assert not os.path.exists(lines[0][4]) and not os.path.exists(queue)  # nothing was written or run
+  points = [ln for ln in captured.out.splitlines() if ln.startswith("run_point ")]
+  runs = sweep.expand(os.path.join(REPO, config), "/local/runs")
+  assert len(points) == len(runs) >= 2
+  assert all(p.endswith("--config.num_epochs=1 --config.multihost=True") for p in points)
+  assert all(f"--config={config} --workdir=/local/runs/quick/" in p for p in points)
+
+
+def test_tpu_status_table(tmp_path, capsys):
+  exp = _write_experiment(tmp_path, ROPE_LIKE)
+  root = str(tmp_path / "runs")
+  runs = sweep.expand(exp + ":cluener", root)
+  _write_results(runs[0].workdir, status="finished", steps=100, dev={"f1": 0.5})
+  _write_results(runs[1].workdir, status="preempted", steps=40)
+  with open(os.path.join(runs[1].workdir, "metrics.jsonl"), "w") as f:
+    f.write('{"step": 20, "split": "dev", "f1": 0.25}\n{"step": 40, "split": "train", "loss": 1.0}\n')
+  os.makedirs(runs[2].workdir)
+  with open(os.path.join(runs[2].workdir, "metrics.jsonl"), "w") as f:
+    f.write('{"step": 7, "split": "train", "loss": 1.0}\n{"step": 8, "spl')  # a line being written
+  with open(os.path.join(runs[2].workdir, "config.json"), "w") as f:
+    f.write("{}")
+  rows = tpu.status_rows(root, exp + ":cluener")
+  assert [(r["status"], r["step"], r["dev_f1"]) for r in rows] == [
+      ("finished", 100, 0.5), ("preempted", 40, 0.25), ("started", 7, None), ("not started", None, None)]
+  assert sorted(r["point"] for r in tpu.status_rows(root)) == sorted(r.name for r in runs[:3])
+  assert tpu.main(["status", f"--workdir={root}"]) == 0
+  out = capsys.readouterr().out
+  assert f"| {runs[0].name} | finished | 100 | 50.00 |" in out and f"| {runs[2].name} | started | 7 | - |" in out
 
 
 def test_cli_help():
-  for mod in ("launch.local", "launch.tpu", "launch.report"):
-    out = subprocess.run([sys.executable, "-m", mod, "--help"], cwd=REPO, capture_output=True, text=True)
-    assert out.returncode == 0 and "usage" in out.stdout.lower()
+  for args in (["launch.local"], ["launch.tpu"], ["launch.tpu", "run"], ["launch.tpu", "status"], ["launch.report"]):
+    out = subprocess.run([sys.executable, "-m", *args, "--help"], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0 and "usage" in out.stdout.lower(), out.stderr

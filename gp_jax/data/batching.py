@@ -46,9 +46,11 @@ def _check_hosts(batch_size: int, process_index: int, process_count: int) -> Non
 class _Assembler:
   """Builds the rows [lo, hi) of a global batch of window indices (-1 = filler)."""
 
-  def __init__(self, prepared: PreparedSplit, buckets, batch_size, process_index, process_count):
+  def __init__(self, prepared: PreparedSplit, buckets, batch_size, process_index, process_count,
+               tag_scheme: str | None = None):
     _check_hosts(batch_size, process_index, process_count)
     self.p = prepared
+    self.tag_scheme = tag_scheme
     self.buckets = np.asarray(normalize_buckets(buckets, prepared.max_len), np.int64)
     self.batch_size = batch_size
     local = batch_size // process_count
@@ -102,7 +104,14 @@ class _Assembler:
     example_index_B[rows] = p.window_record[w]
     window_start_B = np.zeros(B, np.int32)
     window_start_B[rows] = p.window_start[w]
+    extra = {}
+    if self.tag_scheme is not None:
+      tags_BL = np.full((B, L), -1, np.int32)
+      for r, wi in zip(rows.tolist(), w.tolist()):
+        tags_BL[r, :p.window_len[wi]] = window_tags(p, wi, scheme=self.tag_scheme)[0]
+      extra["tags"] = tags_BL
     return {
+        **extra,
         "features": features,
         "attention_mask": attention_mask_BL,
         "span_mask": span_mask_BL,
@@ -112,6 +121,23 @@ class _Assembler:
         "window_start": window_start_B,
         "window_index": win_B.astype(np.int32),
     }
+
+
+def window_tags(p: PreparedSplit, w: int, *, scheme: str) -> tuple[np.ndarray, int]:
+  """One tag layer (outermost entity wins) for window `w` in window-token columns, -1 outside content;
+  and how many of its gold spans that layer cannot hold (nested or crossing)."""
+  from gp_jax.data.tagging import spans_to_tags  # pylint: disable=g-import-not-at-top
+
+  length = int(p.window_len[w])
+  tags, unrepresentable = spans_to_tags(p.window_spans(w), length=length, num_types=len(p.types), scheme=scheme)
+  content = np.arange(length)
+  tags = np.where((content >= p.num_prefix) & (content < p.num_prefix + p.window_content_len[w]), tags, -1)
+  return tags.astype(np.int32), unrepresentable
+
+
+def count_unrepresentable(p: PreparedSplit, *, scheme: str) -> int:
+  """Gold window spans a single tag layer cannot hold, over the split."""
+  return sum(window_tags(p, w, scheme=scheme)[1] for w in range(p.num_windows))
 
 
 def _to_batches(win: np.ndarray, batch_size: int) -> np.ndarray:
@@ -130,10 +156,11 @@ class BatchIterator(Iterator[dict[str, Any]]):
   """
 
   def __init__(self, prepared: PreparedSplit, *, batch_size: int, buckets, seed: int,
-               process_index: int = 0, process_count: int = 1, chunk_batches: int = 100):
+               process_index: int = 0, process_count: int = 1, chunk_batches: int = 100,
+               tag_scheme: str | None = None):
     if prepared.num_windows == 0:
       raise ValueError(f"{prepared.name}: no windows to train on")
-    self._assemble = _Assembler(prepared, buckets, batch_size, process_index, process_count)
+    self._assemble = _Assembler(prepared, buckets, batch_size, process_index, process_count, tag_scheme)
     self.prepared = prepared
     self.batch_size = batch_size
     self.chunk = chunk_batches * batch_size
@@ -192,10 +219,12 @@ class BatchIterator(Iterator[dict[str, Any]]):
 
 
 def train_batches(prepared: PreparedSplit, *, batch_size: int, buckets: Sequence[int] | None, seed: int,
-                  process_index: int = 0, process_count: int = 1) -> BatchIterator:
-  """Infinite, resumable training batches; `batch_size` is global, each process gets its rows."""
+                  process_index: int = 0, process_count: int = 1, tag_scheme: str | None = None) -> BatchIterator:
+  """Infinite, resumable training batches; `batch_size` is global, each process gets its rows.
+
+  `tag_scheme` (BIO/BIOES): batches also carry `tags` [B, L] for tagger heads (see `window_tags`)."""
   return BatchIterator(prepared, batch_size=batch_size, buckets=buckets, seed=seed,
-                       process_index=process_index, process_count=process_count)
+                       process_index=process_index, process_count=process_count, tag_scheme=tag_scheme)
 
 
 class EvalBatches:

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from gp_jax.models.heads import HEADS
+from gp_jax.models.taggers import TAGGERS
 from gp_jax.ops import span_mask, zlpr_loss
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class NerModel(nnx.Module):
     return self.encoder(attention_mask=batch["attention_mask"], **kwargs)
 
   def __call__(self, batch):
+    """Span heads: logits [B, H, L, L]; taggers: emissions [B, L, T]."""
     return self.head(self.encode(batch), batch["span_mask"], positions=batch["positions"])
 
   @property
@@ -147,8 +149,11 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
       encoder = bert.Bert(bcfg, dtype=dtype, rngs=rngs)
   else:
     raise ValueError(f"model.encoder must be 'scratch' or 'bert', got {m.encoder!r}")
+  if m.head in TAGGERS:
+    head = TAGGERS[m.head](encoder.hidden_size, num_types, scheme=m.tag_scheme, dtype=dtype, rngs=rngs)
+    return NerModel(encoder, head, tokenizer.feature_names)
   if m.head not in HEADS:
-    raise ValueError(f"model.head must be one of {sorted(HEADS)}, got {m.head!r}")
+    raise ValueError(f"model.head must be one of {sorted(HEADS) + sorted(TAGGERS)}, got {m.head!r}")
   head = HEADS[m.head](
       encoder.hidden_size,
       num_types,

@@ -1,0 +1,116 @@
+"""gs:// workdirs against a local GCS emulator (127.0.0.1 only): train, SIGKILL after a checkpoint, resume from
+the bucket bit-exact with an uninterrupted local run, then predict from the bucket."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import portpicker
+import pytest
+
+from tests import helpers_train as ht
+
+RESUME = {"num_train_steps": 12, "checkpoint_every_steps": 4, "eval_every_steps": 6, "batch_size": 24,
+          "model.dropout": 0.1, "model.embed_dropout": 0.1, "data.max_eval_records": 8}
+TIMEOUT = 180
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+  end = time.monotonic() + timeout
+  while time.monotonic() < end:
+    if proc.poll() is not None:
+      raise RuntimeError(f"GCS emulator exited with {proc.returncode}: {proc.stdout.read()[-2000:]}")
+    try:
+      with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        return
+    except OSError:
+      time.sleep(0.1)  # polling a port that is not open yet
+  raise TimeoutError(f"GCS emulator not listening on 127.0.0.1:{port} after {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def gcs_env():
+  port = portpicker.pick_unused_port()
+  proc = subprocess.Popen([sys.executable, "-m", "tests.gcs_emulator", str(port), "bucket"], cwd=ht.REPO,
+                          env=ht.subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  try:
+    _wait_listening(port, proc)
+    url = f"http://127.0.0.1:{port}"
+    env = {"STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test",
+           "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield env
+    for k, v in old.items():
+      if v is None:
+        os.environ.pop(k, None)
+      else:
+        os.environ[k] = v
+  finally:
+    proc.kill()
+    proc.wait()
+
+
+def test_gs_workdir_train_kill_resume_predict(gcs_env, tmp_path):
+  from etils import epath
+
+  env = ht.subprocess_env(devices=1, **gcs_env)
+  ref_dir, run_dir = str(tmp_path / "reference"), "gs://bucket/run"
+  cwd = str(tmp_path / "cwd")  # where a wrongly resolved gs:// path would land as a local "gs:" folder
+  os.makedirs(cwd)
+  env["PYTHONPATH"] = ht.REPO + os.pathsep + env["PYTHONPATH"]
+  ref = subprocess.Popen(ht.main_command(ref_dir, **RESUME), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+  try:
+    killed = subprocess.run(ht.main_command(run_dir, faults={"sigkill_after_checkpoint_step": 8}, **RESUME), cwd=cwd,
+                            env=env, timeout=TIMEOUT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ref_out = ref.communicate(timeout=TIMEOUT)[0]
+  finally:
+    if ref.poll() is None:
+      ref.kill()
+      ref.wait()
+  assert ref.returncode == 0, ref_out[-4000:]
+  assert killed.returncode == -signal.SIGKILL, killed.stdout[-4000:]
+  bucket = epath.Path(run_dir)
+  assert not (bucket / "results.json").exists()
+
+  resumed = subprocess.run(ht.main_command(run_dir, **RESUME), cwd=cwd, env=env, timeout=TIMEOUT,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  assert resumed.returncode == 0, resumed.stdout[-4000:]
+  assert "Resumed from gs://bucket/run/ckpt at step 8" in resumed.stdout, resumed.stdout[-4000:]
+
+  step_r, got = ht.restore_state(run_dir)
+  step_ref, want = ht.restore_state(ref_dir)
+  assert step_r == step_ref == 12
+  got, want = ht.flat(got), ht.flat(want)
+  assert got.keys() == want.keys()
+  assert not [k for k in want if not np.array_equal(got[k], want[k])]
+  results = json.loads((bucket / "results.json").read_text())
+  assert results["status"] == "finished"
+  assert results["dev"] == json.loads(open(os.path.join(ref_dir, "results.json")).read())["dev"]
+
+  names = {p.name for p in bucket.iterdir()}
+  assert {"ckpt", "best", "config.json", "types.json", "tokenizer", "metrics.jsonl", "results.json", "tb",
+          "train.log"} <= names, names
+  assert any(p.name.isdigit() for p in (bucket / "ckpt").iterdir())
+  assert any(p.name.isdigit() for p in (bucket / "best").iterdir())
+  assert list((bucket / "tb").iterdir())
+  steps = [json.loads(line)["step"] for line in (bucket / "metrics.jsonl").read_text().splitlines()
+           if json.loads(line)["split"] == "train"]
+  assert steps[-1] == 12
+  assert "Resumed from" in (bucket / "train.log").read_text()
+
+  pred = subprocess.run([sys.executable, "-m", "gp_jax.predict", f"--workdir={run_dir}", "--batch_size=4"],
+                        input="abc_[12_Xyz]_qq_777\n", cwd=cwd, env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True, timeout=TIMEOUT)
+  assert pred.returncode == 0, pred.stderr[-4000:]
+  row = json.loads(pred.stdout)
+  assert row["text"] == "abc_[12_Xyz]_qq_777"
+  for e in row["entities"]:
+    assert row["text"][e["start"]:e["end"]] == e["text"]
+  assert not os.path.exists(os.path.join(cwd, "gs:")) and not os.path.exists(os.path.join(ht.REPO, "gs:"))

@@ -1,0 +1,194 @@
+"""What a researcher hits in the first week, end to end through `gp_jax.main` / `gp_jax.predict`:
+a BERT workdir that predicts after the pretrained folder is gone, init_from, JSONL and two-level CoNLL files
+through the config, a type seen only in dev, config checks that fail early with one line."""
+
+import json
+import os
+import random
+import shutil
+import string
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gp_jax import train
+from tests import helpers_train as ht
+
+TIMEOUT = 240
+
+
+def _tiny_bert_dir(directory):
+  """A random 2-layer BERT written as a Hugging Face folder: config.json, model.safetensors, tokenizer files."""
+  from safetensors.numpy import save_file
+  from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+  from transformers import PreTrainedTokenizerFast
+
+  chars = string.ascii_letters + string.digits + "[]_"
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *("##" + c for c in chars)]
+  ids = {t: i for i, t in enumerate(vocab)}
+  tok = Tokenizer(models.WordPiece(ids, unk_token="[UNK]"))
+  tok.normalizer = normalizers.BertNormalizer(lowercase=False)
+  tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+  tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+  fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                 sep_token="[SEP]", mask_token="[MASK]")
+  os.makedirs(directory, exist_ok=True)
+  fast.save_pretrained(directory)
+  D, F, layers = 32, 64, 2
+  cfg = {"model_type": "bert", "vocab_size": len(vocab), "hidden_size": D, "num_hidden_layers": layers,
+         "num_attention_heads": 2, "intermediate_size": F, "max_position_embeddings": 128, "type_vocab_size": 2,
+         "layer_norm_eps": 1e-12, "hidden_act": "gelu", "pad_token_id": 0, "hidden_dropout_prob": 0.1,
+         "attention_probs_dropout_prob": 0.1}
+  rng = np.random.default_rng(0)
+  shapes = {"embeddings.word_embeddings.weight": (len(vocab), D), "embeddings.position_embeddings.weight": (128, D),
+            "embeddings.token_type_embeddings.weight": (2, D), "embeddings.LayerNorm.weight": (D,),
+            "embeddings.LayerNorm.bias": (D,)}
+  for i in range(layers):
+    p = f"encoder.layer.{i}."
+    for name in ("query", "key", "value"):
+      shapes[p + f"attention.self.{name}.weight"] = (D, D)
+      shapes[p + f"attention.self.{name}.bias"] = (D,)
+    shapes.update({p + "attention.output.dense.weight": (D, D), p + "attention.output.dense.bias": (D,),
+                   p + "attention.output.LayerNorm.weight": (D,), p + "attention.output.LayerNorm.bias": (D,),
+                   p + "intermediate.dense.weight": (F, D), p + "intermediate.dense.bias": (F,),
+                   p + "output.dense.weight": (D, F), p + "output.dense.bias": (D,),
+                   p + "output.LayerNorm.weight": (D,), p + "output.LayerNorm.bias": (D,)})
+  weights = {k: (np.ones(s) if k.endswith("LayerNorm.weight") else rng.normal(0, 0.1, size=s)).astype(np.float32)
+             for k, s in shapes.items()}
+  save_file(weights, os.path.join(directory, "model.safetensors"))
+  with open(os.path.join(directory, "config.json"), "w") as f:
+    json.dump(cfg, f)
+  return cfg
+
+
+def test_bert_workdir_is_self_contained(tmp_path):
+  """Train a tiny BERT through gp_jax.main, delete its pretrained folder, predict from the workdir alone."""
+  pretrained, workdir = str(tmp_path / "tiny_bert"), str(tmp_path / "run")
+  hf_cfg = _tiny_bert_dir(pretrained)
+  overrides = {"model.encoder": "bert", "model.pretrained": pretrained, "model.dropout": 0.0,
+               "num_train_steps": 120, "optimizer.lr": 3e-3, "optimizer.head_lr": 1e-2, "optimizer.warmup_steps": 5,
+               "data.synthetic_records": 400}
+  out = ht.run_main(workdir, timeout=TIMEOUT, env=ht.subprocess_env(devices=1), **overrides)
+  assert out.returncode == 0, out.stdout[-4000:]
+  results = json.load(open(os.path.join(workdir, "results.json")))
+  assert results["status"] == "finished" and results["dev"]["f1"] > 0.5, results.get("dev")
+  assert json.load(open(os.path.join(workdir, "encoder.json"))) == hf_cfg
+  # best/ holds parameters only: predict never reads the Adam moments.
+  best = os.path.join(workdir, "best", str(results["best_step"]))
+  assert os.path.isdir(os.path.join(best, "params")) and not os.path.exists(os.path.join(best, "state"))
+
+  shutil.rmtree(pretrained)
+  text = "abc_[12_Xyz]_qq_777_Hello"
+  pred = subprocess.run([sys.executable, "-m", "gp_jax.predict", f"--workdir={workdir}", "--batch_size=4"],
+                        input=text + "\n", cwd=ht.REPO, env=ht.subprocess_env(devices=1), stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True, timeout=TIMEOUT)
+  assert pred.returncode == 0, pred.stderr[-4000:]
+  ents = json.loads(pred.stdout)["entities"]
+  assert ents, pred.stdout
+  for e in ents:
+    assert text[e["start"]:e["end"]] == e["text"]
+  assert {(e["start"], e["end"], e["type"]) for e in ents} & {(16, 19, "NUM"), (4, 12, "BOX"), (5, 7, "NUM")}
+
+
+def test_init_from_starts_from_the_other_runs_parameters(tmp_path):
+  src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+  train.train_and_evaluate(ht.tiny_config(num_train_steps=40, **{"optimizer.lr": 1e-2}), src)
+  # A zero learning rate and no weight decay: the one step leaves the initial parameters as they are.
+  summary = train.train_and_evaluate(ht.tiny_config(
+      num_train_steps=1, init_from=src, **{"optimizer.lr": 0.0, "optimizer.warmup_steps": 0,
+                                            "optimizer.weight_decay": 0.0}), dst)
+  _, want = ht.restore_state(src, sub="best")
+  _, got = ht.restore_state(dst, sub="best")
+  for k, v in ht.flat(want).items():
+    np.testing.assert_array_equal(ht.flat(got)[k], v, err_msg=k)
+  src_summary = json.load(open(os.path.join(src, "results.json")))
+  assert summary["dev"]["f1"] == pytest.approx(src_summary["dev"]["f1"])
+
+
+def _conll_two_levels(path, n, *, seed, extra_type=None):
+  """ORG (outer, column 1) spans 2-3 words and holds a LOC (inner, column 2); PER stands alone."""
+  rng = random.Random(seed)
+  words = ["the", "of", "and", "met", "said", "today", "in", "for"]
+  cities = ["Berlin", "Paris", "Rome", "Oslo"]
+  people = ["Anna", "Karl", "Lena", "Otto"]
+  outer = inner = 0
+  with open(path, "w") as f:
+    for _ in range(n):
+      rows = []
+      for _ in range(rng.randint(2, 4)):
+        kind = rng.random()
+        if kind < 0.35:
+          city = rng.choice(cities)
+          rows += [("Bank", "B-ORG", "O"), ("of", "I-ORG", "O"), (city, "I-ORG", "B-LOC")]
+          outer, inner = outer + 1, inner + 1
+        elif kind < 0.6:
+          rows.append((rng.choice(people), "B-PER", "O"))
+          outer += 1
+        elif extra_type and kind < 0.7:
+          rows.append(("Euro", f"B-{extra_type}", "O"))
+          outer += 1
+        else:
+          rows.append((rng.choice(words), "O", "O"))
+      f.write("".join(f"{w} {a} {b}\n" for w, a, b in rows) + "\n")
+  return outer, inner
+
+
+def test_user_files_through_the_config(tmp_path):
+  """Two-level CoNLL through gp_jax.main (outer and inner kept), a type seen only in dev, then the same data as JSONL."""
+  train_file, dev_file = str(tmp_path / "train.conll"), str(tmp_path / "dev.conll")
+  n_outer, n_inner = _conll_two_levels(train_file, 160, seed=0)
+  _conll_two_levels(dev_file, 40, seed=1, extra_type="MISC")
+  common = {"data.name": "conll", "data.train_file": train_file, "data.dev_file": dev_file, "num_train_steps": 60,
+            "optimizer.lr": 1e-2, "data.max_len": 48}
+  workdir = str(tmp_path / "conll")
+  out = ht.run_main(workdir, timeout=TIMEOUT, **common, **{"data.conll_tag_cols": (1, 2)})
+  assert out.returncode == 0, out.stdout[-4000:]
+  results = json.load(open(os.path.join(workdir, "results.json")))
+  assert results["split_stats"]["train"]["entities"] == n_outer + n_inner
+  assert json.load(open(os.path.join(workdir, "types.json"))) == ["LOC", "MISC", "ORG", "PER"]
+  assert "MISC" in out.stdout and "train" in out.stdout  # the warning names the type train lacks
+  assert results["dev"]["per_type"]["MISC"]["tp"] == 0 and results["dev"]["per_type"]["MISC"]["gold"] > 0
+  assert results["dev"]["per_type"]["LOC"]["tp"] > 0 and results["dev"]["per_type"]["ORG"]["tp"] > 0
+
+  # The last column only (the default): the outer level is not read.
+  last_only = str(tmp_path / "last")
+  out = ht.run_main(last_only, timeout=TIMEOUT, **{**common, "num_train_steps": 2})
+  assert out.returncode == 0, out.stdout[-4000:]
+  assert json.load(open(os.path.join(last_only, "results.json")))["split_stats"]["train"]["entities"] == n_inner
+
+  # The same records as JSONL.
+  from gp_jax.data import read_conll
+
+  jsonl = {}
+  for name, path in (("train", train_file), ("dev", dev_file)):
+    jsonl[name] = str(tmp_path / f"{name}.jsonl")
+    with open(jsonl[name], "w") as f:
+      for r in read_conll(path, tag_cols=(1, 2)):
+        f.write(json.dumps({"id": r["id"], "text": r["text"], "entities": r["entities"]}) + "\n")
+  as_jsonl = str(tmp_path / "jsonl")
+  out = ht.run_main(as_jsonl, timeout=TIMEOUT, **{**common, "data.name": "jsonl", "data.train_file": jsonl["train"],
+                                                   "data.dev_file": jsonl["dev"]})
+  assert out.returncode == 0, out.stdout[-4000:]
+  same = json.load(open(os.path.join(as_jsonl, "results.json")))
+  assert same["split_stats"] == results["split_stats"] and same["dev"]["f1"] == results["dev"]["f1"]
+
+
+def test_config_checks_fail_early_with_one_line(tmp_path):
+  env = ht.subprocess_env(devices=8)
+  out = ht.run_main(str(tmp_path / "a"), env=env, timeout=TIMEOUT, **{"model.hed": "standard"})
+  assert out.returncode == 2 and "unknown config key 'model.hed'" in out.stdout and "model.head" in out.stdout
+  assert "Traceback" not in out.stdout
+
+  out = ht.run_main(str(tmp_path / "b"), env=env, timeout=TIMEOUT, batch_size=12)
+  assert out.returncode != 0 and "batch_size=12 must be divisible by the 8 data-parallel devices" in out.stdout
+  assert "prepare_split" not in out.stdout  # before any data preparation
+
+  # Reusing a workdir with another model fails with the changed keys, unless allowed.
+  workdir = str(tmp_path / "c")
+  assert ht.run_main(workdir, timeout=TIMEOUT, num_train_steps=2).returncode == 0
+  out = ht.run_main(workdir, timeout=TIMEOUT, num_train_steps=2, **{"model.head_size": 8})
+  assert out.returncode != 0 and "model.head_size: 16 -> 8" in out.stdout
+  out = ht.run_main(workdir, timeout=TIMEOUT, num_train_steps=2, **{"data.tfds_dir": str(tmp_path / "elsewhere")})
+  assert out.returncode == 0, out.stdout[-3000:]  # where files live may differ between hosts
