@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -14,7 +15,7 @@ def _mask_logits(logits_BHLL, mask_BL, max_span_width):
 
 
 class _SpanHead(nnx.Module):
-  """Settings shared by both heads."""
+  """Settings and methods shared by both heads; each head defines `project` (q, k, optional biases)."""
 
   def _setup(self, num_types, head_size, use_rope, max_span_width, rope_base):
     if head_size % 2:
@@ -27,6 +28,56 @@ class _SpanHead(nnx.Module):
 
   def _rope(self, x, positions):
     return ops.apply_rope(x, positions=positions, base=self.rope_base) if self.use_rope else x
+
+  def project(self, hidden_BLD, *, positions=None):
+    """-> (q_BLHD, k_BLHD, start_bias_BHL | None, end_bias_BHL | None); q, k rotated, H or 1 heads."""
+    raise NotImplementedError
+
+  def __call__(self, hidden_BLD, attention_mask_BL, *, positions=None):
+    q_BLHD, k_BLHD, start_bias_BHL, end_bias_BHL = self.project(hidden_BLD, positions=positions)
+    logits_BHLL = ops.span_scores(q_BLHD, k_BLHD)
+    if start_bias_BHL is not None:
+      logits_BHLL = logits_BHLL + start_bias_BHL[..., :, None]
+    if end_bias_BHL is not None:
+      logits_BHLL = logits_BHLL + end_bias_BHL[..., None, :]
+    return _mask_logits(logits_BHLL, attention_mask_BL, self.max_span_width)
+
+  def span_loss(self, hidden_BLD, attention_mask_BL, *, span_ids, positions=None, block_size=None):
+    """Sparse ZLPR loss (mean over B*H); `span_ids` int `[B, H, K]` flat `i * L + j`, -1 padded.
+
+    `block_size=None`: dense `[B, H, L, L]` logits. An int: `ops.blockwise_zlpr_loss` (banded when
+    `max_span_width` is set), same value without the score tensor.
+    """
+    if block_size is None:
+      mask_B1LL = ops.span_mask(attention_mask_BL, max_span_width=self.max_span_width)
+      logits_BHLL = self(hidden_BLD, attention_mask_BL, positions=positions)
+      return ops.sparse_zlpr_loss(logits_BHLL, span_ids=span_ids, mask=mask_B1LL)
+    q_BLHD, k_BLHD, start_bias_BHL, end_bias_BHL = self.project(hidden_BLD, positions=positions)
+    return ops.blockwise_zlpr_loss(
+        q_BLHD, k_BLHD, span_ids=span_ids, attention_mask=attention_mask_BL, start_bias_BHL=start_bias_BHL,
+        end_bias_BHL=end_bias_BHL, max_span_width=self.max_span_width, block_size=block_size,
+    )
+
+  def decode_hits(
+      self, hidden_BLD, attention_mask_BL, *, positions=None, size: int, block_size=None, threshold=0.0,
+      hit_sharding=None,
+  ):
+    """Cells with score > threshold in the span mask -> `ops.gather_hits` format (count, coords, scores).
+
+    `block_size=None`: from dense logits; an int: `ops.blockwise_decode_hits`. `count` may exceed `size`.
+    """
+    if block_size is None:
+      logits_BHLL = self(hidden_BLD, attention_mask_BL, positions=positions)
+      hit = (logits_BHLL > threshold) & ops.span_mask(attention_mask_BL, max_span_width=self.max_span_width)
+      if hit_sharding is not None:
+        hit = jax.lax.with_sharding_constraint(hit, hit_sharding)
+      return ops.gather_hits(hit, logits_BHLL, size=size)
+    q_BLHD, k_BLHD, start_bias_BHL, end_bias_BHL = self.project(hidden_BLD, positions=positions)
+    return ops.blockwise_decode_hits(
+        q_BLHD, k_BLHD, attention_mask=attention_mask_BL, start_bias_BHL=start_bias_BHL,
+        end_bias_BHL=end_bias_BHL, max_span_width=self.max_span_width, block_size=block_size, size=size,
+        threshold=threshold, hit_sharding=hit_sharding,
+    )
 
 
 class GlobalPointer(_SpanHead):
@@ -55,13 +106,11 @@ class GlobalPointer(_SpanHead):
         hidden_size, num_types * 2 * head_size, dtype=dtype, param_dtype=param_dtype, rngs=rngs
     )
 
-  def __call__(self, hidden_BLD, attention_mask_BL, *, positions=None):
+  def project(self, hidden_BLD, *, positions=None):
     B, L, _ = hidden_BLD.shape
     qk_BLHE = self.dense(hidden_BLD).reshape(B, L, self.num_types, 2 * self.head_size)
     q_BLHD, k_BLHD = qk_BLHE[..., : self.head_size], qk_BLHE[..., self.head_size :]
-    q_BLHD, k_BLHD = self._rope(q_BLHD, positions), self._rope(k_BLHD, positions)
-    logits_BHLL = ops.span_scores(q_BLHD, k_BLHD)
-    return _mask_logits(logits_BHLL, attention_mask_BL, self.max_span_width)
+    return self._rope(q_BLHD, positions), self._rope(k_BLHD, positions), None, None
 
 
 class EfficientGlobalPointer(_SpanHead):
@@ -91,16 +140,13 @@ class EfficientGlobalPointer(_SpanHead):
         2 * head_size, 2 * num_types, dtype=dtype, param_dtype=param_dtype, rngs=rngs
     )
 
-  def __call__(self, hidden_BLD, attention_mask_BL, *, positions=None):
+  def project(self, hidden_BLD, *, positions=None):
+    """q, k `[B, L, 1, d]` (one shared head) and `[B, H, L]` start/end biases."""
     p_BLE = self.dense(hidden_BLD)
     q_BLD, k_BLD = p_BLE[..., 0::2], p_BLE[..., 1::2]
     q_BLD, k_BLD = self._rope(q_BLD, positions), self._rope(k_BLD, positions)
-    shared_B1LL = ops.span_scores(q_BLD[:, :, None], k_BLD[:, :, None])
     bias_B2HL = jnp.swapaxes(self.bias_dense(p_BLE), 1, 2).astype(jnp.float32) / 2
-    end_bias_BH1L = bias_B2HL[:, 0::2, None, :]
-    start_bias_BHL1 = bias_B2HL[:, 1::2, :, None]
-    logits_BHLL = shared_B1LL + start_bias_BHL1 + end_bias_BH1L
-    return _mask_logits(logits_BHLL, attention_mask_BL, self.max_span_width)
+    return q_BLD[:, :, None], k_BLD[:, :, None], bias_B2HL[:, 1::2], bias_B2HL[:, 0::2]
 
 
 HEADS = {"standard": GlobalPointer, "efficient": EfficientGlobalPointer}

@@ -1,5 +1,6 @@
 """Pure jax.numpy GlobalPointer ops: RoPE, span scores, masks, ZLPR losses, decoding."""
 
+from gp_jax.ops.blockwise import blockwise_decode_hits, blockwise_zlpr_loss
 from gp_jax.ops.decode import decode_hits, decode_spans, gather_hits
 from gp_jax.ops.losses import sparse_zlpr_loss, zlpr_loss
 from gp_jax.ops.rope import apply_rope
@@ -15,4 +16,6 @@ __all__ = [
     "decode_spans",
     "decode_hits",
     "gather_hits",
+    "blockwise_zlpr_loss",
+    "blockwise_decode_hits",
 ]

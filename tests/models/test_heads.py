@@ -106,3 +106,54 @@ def test_max_span_width():
   head = GlobalPointer(8, 1, head_size=4, max_span_width=2, rngs=nnx.Rngs(0))
   out = np.asarray(head(jnp.ones((1, 5, 8)), jnp.ones((1, 5), jnp.int32)))
   assert out[0, 0, 1, 2] > np.finfo(np.float32).min and out[0, 0, 1, 3] == np.finfo(np.float32).min
+
+
+def head_case(cls, *, use_rope=True, max_span_width=None, dtype=jnp.float32, L=13):
+  head = cls(16, 3, head_size=8, use_rope=use_rope, max_span_width=max_span_width, dtype=dtype, rngs=nnx.Rngs(4))
+  x = (jax.random.normal(jax.random.key(5), (2, L, 16)) * 2).astype(dtype)
+  am = jnp.array([[1] * L, [1] * 8 + [0] * (L - 8)])
+  ids = np.array([[[0 * L + 2, 4 * L + 4, -1], [3 * L + 5, -1, -1], [-1, -1, -1]],
+                  [[1 * L + 2, 7 * L + 9, -1], [2 * L + 1, -1, -1], [0, 5 * L + 7, 6 * L + 6]]], np.int32)
+  return head, x, am, jnp.asarray(ids)
+
+
+@pytest.mark.parametrize(
+    "cls,use_rope,max_span_width",
+    [(GlobalPointer, True, None), (GlobalPointer, False, 4), (EfficientGlobalPointer, True, 4), (EfficientGlobalPointer, False, None)],
+)
+def test_span_loss_blockwise_equals_dense(cls, use_rope, max_span_width):
+  head, x, am, ids = head_case(cls, use_rope=use_rope, max_span_width=max_span_width)
+  graphdef, params = nnx.split(head)
+  pos = jnp.arange(x.shape[1]) + 3
+
+  def loss(p, block_size):
+    return nnx.merge(graphdef, p).span_loss(x, am, span_ids=ids, positions=pos, block_size=block_size)
+
+  ref, ref_g = jax.jit(jax.value_and_grad(lambda p: loss(p, None)))(params)
+  out, out_g = jax.jit(jax.value_and_grad(lambda p: loss(p, 4)))(params)
+  # The dense path is the documented expression (up to jit's float reassociation).
+  mask = span_mask(am, max_span_width=max_span_width)
+  assert float(ref) == pytest.approx(float(sparse_zlpr_loss(head(x, am, positions=pos), span_ids=ids, mask=mask)), rel=1e-6)
+  assert float(out) == pytest.approx(float(ref), rel=1e-5)
+  for g, r in zip(jax.tree.leaves(out_g), jax.tree.leaves(ref_g)):
+    np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cls", [GlobalPointer, EfficientGlobalPointer])
+def test_span_loss_bfloat16_close(cls):
+  head, x, am, ids = head_case(cls, dtype=jnp.bfloat16)
+  fn = jax.jit(lambda b: head.span_loss(x, am, span_ids=ids, block_size=b), static_argnums=0)
+  assert float(fn(4)) == pytest.approx(float(fn(None)), rel=2e-2)
+
+
+@pytest.mark.parametrize("cls,max_span_width", [(GlobalPointer, None), (EfficientGlobalPointer, 3)])
+def test_decode_hits_blockwise_equals_dense(cls, max_span_width):
+  head, x, am, _ = head_case(cls, max_span_width=max_span_width)
+  fn = jax.jit(lambda b: head.decode_hits(x, am, size=512, block_size=b, threshold=0.1), static_argnums=0)
+  (n, coords, scores), (m, coords2, scores2) = fn(None), fn(4)
+  assert 0 < int(n) == int(m) < 512
+  assert {tuple(c) for c in np.asarray(coords2[: int(m)]).tolist()} == {tuple(c) for c in np.asarray(coords[: int(n)]).tolist()}
+  np.testing.assert_allclose(scores2[: int(m)], scores[: int(n)], rtol=1e-5, atol=1e-5)
+  logits = head(x, am)
+  c = np.asarray(coords[: int(n)])
+  assert bool(jnp.all(logits[c[:, 0], c[:, 1], c[:, 2], c[:, 3]] > 0.1))
