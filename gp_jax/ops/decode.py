@@ -16,11 +16,20 @@ def gather_hits(hit, logits, *, size: int):
   """Bool `[B, H, L, L]` hits -> (count, coords int `[size, 4]` as (b, type, start, end), scores `[size]`).
 
   A fixed-size buffer (jit-friendly); when `count > size` the extra hits are cut, so callers retry
-  with a larger size. Unused rows hold coordinates 0 and are past `count`.
+  with a larger size. Unused rows hold coordinates 0 and are past `count`. Hits are in row-major
+  order. Two stages: the rows (b, type, start) holding a hit, then the hits inside those rows, so
+  `nonzero` never scans all B*H*L*L cells (on CPU that scan cost more than the model's forward pass).
   """
+  B, H, L, M = hit.shape
   count = jnp.sum(hit, dtype=jnp.int32)
-  b, h, i, j = jnp.nonzero(hit, size=size, fill_value=0)
-  return count, jnp.stack([b, h, i, j], axis=-1), logits[b, h, i, j]
+  rows_BHL = jnp.any(hit, axis=-1)
+  n_rows = min(size, B * H * L)  # every row holds >= 1 hit: the first `size` hits lie in the first `size` rows
+  b, h, i = jnp.nonzero(rows_BHL, size=n_rows, fill_value=0)
+  row_ok = jnp.arange(n_rows) < jnp.sum(rows_BHL, dtype=jnp.int32)
+  r, j = jnp.nonzero(hit[b, h, i] & row_ok[:, None], size=size, fill_value=0)
+  ok = (jnp.arange(size) < count)[:, None]
+  coords = jnp.where(ok, jnp.stack([b[r], h[r], i[r], j], axis=-1), 0)
+  return count, coords, logits[coords[:, 0], coords[:, 1], coords[:, 2], coords[:, 3]]
 
 
 @functools.partial(jax.jit, static_argnames=("size",))
