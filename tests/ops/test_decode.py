@@ -41,3 +41,22 @@ def test_many_hits_untrained_model():
   mask = span_mask(jnp.ones((4, 40), jnp.int32))
   out = decode_spans(logits, mask=mask)
   assert [len(x) for x in out] == [3 * 40 * 41 // 2] * 4
+
+
+def test_gather_hits_matches_argwhere_order_and_truncation():
+  """Two-stage gathering returns exactly the first `size` hits of a row-major scan, zeros past `count`."""
+  from gp_jax.ops.decode import gather_hits
+
+  rng = np.random.default_rng(0)
+  for _ in range(60):
+    B, H, L = (int(x) for x in rng.integers(1, 4, size=3)) + np.array([0, 0, int(rng.integers(0, 6))])
+    hit = rng.random((B, H, L, L)) < rng.choice([0.0, 0.05, 0.3, 1.0])
+    logits = rng.normal(size=hit.shape).astype(np.float32)
+    size = int(rng.integers(1, 2 * hit.size + 2))
+    count, coords, scores = gather_hits(jnp.asarray(hit), jnp.asarray(logits), size=size)
+    want = np.argwhere(hit)[:size]
+    n = len(want)
+    assert int(count) == hit.sum()
+    np.testing.assert_array_equal(np.asarray(coords)[:n], want)
+    assert (np.asarray(coords)[n:] == 0).all()
+    np.testing.assert_array_equal(np.asarray(scores)[:n], logits[tuple(want.T)])
