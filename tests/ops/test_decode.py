@@ -49,7 +49,7 @@ def test_gather_hits_matches_argwhere_order_and_truncation():
 
   rng = np.random.default_rng(0)
   for _ in range(60):
-    B, H, L = (int(x) for x in rng.integers(1, 4, size=3)) + np.array([0, 0, int(rng.integers(0, 6))])
+    B, H, L = (int(x) for x in rng.integers(1, 4, size=3) + np.array([0, 0, int(rng.integers(0, 6))]))
     hit = rng.random((B, H, L, L)) < rng.choice([0.0, 0.05, 0.3, 1.0])
     logits = rng.normal(size=hit.shape).astype(np.float32)
     size = int(rng.integers(1, 2 * hit.size + 2))
