@@ -1,3 +1,4 @@
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -48,15 +49,17 @@ def test_gather_hits_matches_argwhere_order_and_truncation():
   from gp_jax.ops.decode import gather_hits
 
   rng = np.random.default_rng(0)
-  for _ in range(60):
-    B, H, L = (int(x) for x in rng.integers(1, 4, size=3) + np.array([0, 0, int(rng.integers(0, 6))]))
-    hit = rng.random((B, H, L, L)) < rng.choice([0.0, 0.05, 0.3, 1.0])
-    logits = rng.normal(size=hit.shape).astype(np.float32)
-    size = int(rng.integers(1, 2 * hit.size + 2))
-    count, coords, scores = gather_hits(jnp.asarray(hit), jnp.asarray(logits), size=size)
-    want = np.argwhere(hit)[:size]
-    n = len(want)
-    assert int(count) == hit.sum()
-    np.testing.assert_array_equal(np.asarray(coords)[:n], want)
-    assert (np.asarray(coords)[n:] == 0).all()
-    np.testing.assert_array_equal(np.asarray(scores)[:n], logits[tuple(want.T)])
+  fn = jax.jit(gather_hits, static_argnames=("size",))
+  for shape in ((1, 1, 1, 1), (2, 3, 5, 5)):
+    n_cells = int(np.prod(shape))
+    for size in (1, 7, n_cells, 2 * n_cells):
+      for density in (0.0, 0.3, 1.0):
+        hit = rng.random(shape) < density
+        logits = rng.normal(size=shape).astype(np.float32)
+        count, coords, scores = fn(jnp.asarray(hit), jnp.asarray(logits), size=size)
+        want = np.argwhere(hit)[:size]
+        n = len(want)
+        assert int(count) == hit.sum()
+        np.testing.assert_array_equal(np.asarray(coords)[:n], want)
+        assert (np.asarray(coords)[n:] == 0).all()
+        np.testing.assert_array_equal(np.asarray(scores)[:n], logits[tuple(want.T)])
