@@ -1,6 +1,7 @@
-"""Pure jax.numpy GlobalPointer ops: RoPE, span scores, masks, ZLPR losses, decoding."""
+"""Pure jax.numpy ops: RoPE, span scores, masks, ZLPR losses (dense, sparse, blockwise), decoding, CRF."""
 
 from gp_jax.ops.blockwise import blockwise_decode_hits, blockwise_zlpr_loss
+from gp_jax.ops.crf import crf_log_partition, crf_sequence_score, viterbi_decode
 from gp_jax.ops.decode import decode_hits, decode_spans, gather_hits
 from gp_jax.ops.losses import sparse_zlpr_loss, zlpr_loss
 from gp_jax.ops.rope import apply_rope
@@ -18,4 +19,7 @@ __all__ = [
     "gather_hits",
     "blockwise_zlpr_loss",
     "blockwise_decode_hits",
+    "crf_log_partition",
+    "crf_sequence_score",
+    "viterbi_decode",
 ]
