@@ -26,7 +26,7 @@ import jax  # noqa: E402
 from gp_jax import sharding as shd  # noqa: E402
 from gp_jax import state as state_lib  # noqa: E402
 from gp_jax import train  # noqa: E402
-from gp_jax.data import batching, windows  # noqa: E402
+from gp_jax.data import batching  # noqa: E402
 from gp_jax.evaluate import Evaluator, model_batch  # noqa: E402
 from gp_jax.optim import make_optimizer  # noqa: E402
 from launch import sweep  # noqa: E402

@@ -21,7 +21,7 @@ def get_sweep(arg=None):
   from gp_jax.configs import base
 
   seeds = rope_ablation.SEEDS.get(base.parsed_arg(arg).dataset, (0,))
-  span = [{"config.model.use_rope": True, "config.model.head": h, "config.seed": s}
-          for h in ("standard", "efficient") for s in seeds]
-  taggers = [{"config.model.head": h, "config.seed": s} for h in ("crf", "softmax") for s in seeds]
-  return span + taggers
+  # Seed-major; the span-head points are the same runs (same folders) as rope_ablation's RoPE-on points.
+  return [{"config.model.use_rope": True, "config.model.head": h, "config.seed": s} if h in ("standard", "efficient")
+          else {"config.model.head": h, "config.seed": s}
+          for s in seeds for h in ("standard", "efficient", "crf", "softmax")]

@@ -46,5 +46,6 @@ def get_config(arg=None):
 
 def get_sweep(arg=None):
   dataset = base.parsed_arg(arg).dataset
+  # Seed-major: every (head, RoPE) cell gets a first result before any second seed runs.
   return [{"config.model.use_rope": rope, "config.model.head": head, "config.seed": seed}
-          for head in ("standard", "efficient") for rope in (True, False) for seed in SEEDS.get(dataset, (0,))]
+          for seed in SEEDS.get(dataset, (0,)) for head in ("standard", "efficient") for rope in (True, False)]

@@ -242,11 +242,83 @@ class Diverged(FloatingPointError):
   pass
 
 
+def check_finite(step: int, metrics, mngr) -> None:
+  """Raises Diverged when step `step` made the loss, the gradient or the parameters non-finite."""
+  if not bool(metrics["finite"]):
+    mngr.wait_until_finished()
+    raise Diverged(f"training diverged at step {step}: loss {float(metrics['loss'])}, gradient norm "
+                   f"{float(metrics['grad_norm'])}, parameters finite: no; stopping. Last good checkpoint: step "
+                   f"{mngr.latest_step()} in {mngr.directory}")
+
+
+class StepLog:
+  """Train metrics every `log_every` steps, read one step late (the host never waits on the step just
+  dispatched); tokens/s count training time only (`pause` takes evaluation time out)."""
+
+  def __init__(self, ts: TrainState, writer, log_every: int, bar):
+    self.ts, self.writer, self.log_every, self.bar = ts, writer, log_every, bar
+    self.tokens = self.examples = 0
+    self.run_tokens, self.run_seconds = 0, 0.0
+    self.t_log = time.time()
+    self.pending = self.logged = None
+    self.last_dev = None
+
+  def count(self, batch) -> None:
+    self.tokens += int(batch["attention_mask"].sum())
+    self.examples += int((batch["example_index"] >= 0).sum())
+
+  def dispatched(self, step: int, metrics) -> None:
+    if self.pending is not None and self.pending[0] % self.log_every == 0:
+      self.write(*self.pending)
+    self.pending = (step, metrics)
+    if self.bar is not None:
+      self.bar.update(1)
+
+  def pause(self, seconds: float) -> None:
+    self.t_log += seconds
+
+  def flush(self) -> None:
+    if self.pending is not None and self.pending[0] != self.logged:
+      self.write(*self.pending)
+
+  @property
+  def tokens_per_s(self):
+    return self.run_tokens / self.run_seconds if self.run_seconds else None
+
+  def write(self, step: int, metrics) -> None:
+    check_finite(step, metrics, self.ts.mngr)
+    dt = max(time.time() - self.t_log, 1e-9)
+    n = jax.process_count()  # this process saw 1/n of the tokens
+    rates = {"tokens_per_s": self.tokens * n / dt, "examples_per_s": self.examples * n / dt}
+    self.run_tokens, self.run_seconds = self.run_tokens + self.tokens * n, self.run_seconds + dt
+    loss = float(metrics["loss"])
+    self.writer.write(step, "train", {"loss": loss, "grad_norm": float(metrics["grad_norm"]),
+                                      "lr": float(self.ts.lr_schedule(step)),
+                                      "epoch": step / self.ts.train_it.steps_per_epoch, **rates})
+    log.info("step %d train loss %.4f (%.0f tokens/s)", step, loss, rates["tokens_per_s"])
+    if self.bar is not None:
+      dev = f"{self.last_dev:.4f}" if self.last_dev is not None else "-"
+      self.bar.set_postfix(loss=f"{loss:.4f}", dev_f1=dev)
+    self.tokens = self.examples = 0
+    self.t_log = time.time()
+    self.logged = step
+
+
+def evaluate_dev(run: Run, ts: TrainState, evaluator: Evaluator, writer, dev, params, step: int,
+                 best_f1: float) -> float:
+  """Dev P/R/F1 at `step`; saves the parameters to best/ when F1 beats `best_f1`. Returns the dev F1."""
+  result, _ = evaluator.evaluate(params, dev, desc=f"dev@{step}")
+  writer.write(step, "dev", flat_result(result))
+  log.info("step %d dev P %.4f R %.4f F1 %.4f", step, result["precision"], result["recall"], result["f1"])
+  if result["f1"] > best_f1:
+    ckpt_lib.save_params(ts.best_mngr, step, params=params, config_json=run.config_json, dev_f1=result["f1"])
+  return result["f1"]
+
+
 def train_loop(run: Run, ts: TrainState, splits, evaluator: Evaluator, writer, hooks: TrainHooks) -> dict:
   """Steps from ts.start_step to ts.total_steps; returns {steps, preempted, train_tokens_per_s}."""
   config, mesh, mngr = run.config, run.mesh, ts.mngr
   eval_every = int(config.eval_every_steps) or ts.train_it.steps_per_epoch
-  log_every = int(config.log_every_steps)
   state_shard = state_lib.state_shardings(ts.setup, ts.tx)
   step_fn = jax.jit(
       functools.partial(train_step, graphdef=ts.setup.graphdef, rest=ts.setup.rest, tx=ts.tx,
@@ -262,89 +334,52 @@ def train_loop(run: Run, ts: TrainState, splits, evaluator: Evaluator, writer, h
     from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
 
     bar = tqdm(total=ts.total_steps, initial=ts.start_step, desc="train", dynamic_ncols=True)
-  tokens = examples = 0
-  run_tokens, run_seconds = 0, 0.0
-  t_log = time.time()
-  last_dev, pending, logged = None, None, None
+  steps = StepLog(ts, writer, int(config.log_every_steps), bar)
   state = ts.state
 
-  def check(step, metrics):
-    if not bool(metrics["finite"]):
-      mngr.wait_until_finished()
-      raise Diverged(f"training diverged at step {step}: loss {float(metrics['loss'])}, gradient norm "
-                     f"{float(metrics['grad_norm'])}, parameters finite: no; stopping. Last good checkpoint: step "
-                     f"{mngr.latest_step()} in {mngr.directory}")
-
-  def log_train(step, metrics):
-    nonlocal tokens, examples, t_log, run_tokens, run_seconds
-    check(step, metrics)
-    dt = max(time.time() - t_log, 1e-9)
-    n = jax.process_count()  # this process saw 1/n of the tokens
-    rates = {"tokens_per_s": tokens * n / dt, "examples_per_s": examples * n / dt}
-    run_tokens, run_seconds = run_tokens + tokens * n, run_seconds + dt
-    loss = float(metrics["loss"])
-    writer.write(step, "train", {"loss": loss, "grad_norm": float(metrics["grad_norm"]),
-                                 "lr": float(ts.lr_schedule(step)), "epoch": step / ts.train_it.steps_per_epoch,
-                                 **rates})
-    log.info("step %d train loss %.4f (%.0f tokens/s)", step, loss, rates["tokens_per_s"])
-    if bar is not None:
-      bar.set_postfix(loss=f"{loss:.4f}", dev_f1=f"{last_dev:.4f}" if last_dev is not None else "-")
-    tokens = examples = 0
-    t_log = time.time()
+  def save(step):
+    ckpt_lib.save(mngr, step, state=state, data_state=ts.train_it.get_state(), config_json=run.config_json)
 
   preempted = False
   with Preemption() as preemption:
     for step in range(ts.start_step, ts.total_steps):
       batch = next(ts.train_it)
-      tokens += int(batch["attention_mask"].sum())
-      examples += int((batch["example_index"] >= 0).sum())
+      steps.count(batch)
       state, metrics = step_fn(state, shd.global_batch(model_batch(batch), mesh))
       done = step + 1
-      if bar is not None:
-        bar.update(1)
-      # Look at the previous step only now: the host never waits on the step just dispatched.
-      if pending is not None and pending[0] % log_every == 0:
-        log_train(*pending)
-        logged = pending[0]
-      pending = (done, metrics)
-
-      if done % eval_every == 0 or done == ts.total_steps:
-        check(done, metrics)
+      steps.dispatched(done, metrics)
+      last = done == ts.total_steps
+      if done % eval_every == 0 or last:
+        check_finite(done, metrics, mngr)
         if "dev" in splits:
           t_eval = time.time()
-          result, _ = evaluator.evaluate(state["params"], splits["dev"], desc=f"dev@{done}")
-          t_log += time.time() - t_eval  # evaluation time is not training time
-          last_dev = result["f1"]
-          writer.write(done, "dev", flat_result(result))
-          log.info("step %d dev P %.4f R %.4f F1 %.4f", done, result["precision"], result["recall"], result["f1"])
-          if result["f1"] > best_f1:
-            best_f1 = result["f1"]
-            ckpt_lib.save_params(ts.best_mngr, done, params=state["params"], config_json=run.config_json,
-                                 dev_f1=best_f1)
+          steps.last_dev = evaluate_dev(run, ts, evaluator, writer, splits["dev"], state["params"], done,
+                                        best_f1)
+          best_f1 = max(best_f1, steps.last_dev)
+          steps.pause(time.time() - t_eval)
         writer.sync()
-      if done % config.checkpoint_every_steps == 0 or done == ts.total_steps:
-        check(done, metrics)
-        ckpt_lib.save(mngr, done, state=state, data_state=ts.train_it.get_state(), config_json=run.config_json)
+      if done % config.checkpoint_every_steps == 0 or last:
+        check_finite(done, metrics, mngr)
+        save(done)
         if hooks.after_checkpoint is not None:
           mngr.wait_until_finished()
           hooks.after_checkpoint(done)
-      if preemption.should_stop(done, log_every):
-        check(done, metrics)
+      if preemption.should_stop(done, steps.log_every):
+        check_finite(done, metrics, mngr)
         if mngr.latest_step() != done:
-          ckpt_lib.save(mngr, done, state=state, data_state=ts.train_it.get_state(), config_json=run.config_json)
+          save(done)
         mngr.wait_until_finished()
         log.warning("SIGTERM: saved checkpoint at step %d in %s; exiting", done, mngr.directory)
         preempted = True
         break
-  if pending is not None and pending[0] != logged:
-    log_train(*pending)
+  steps.flush()
   if bar is not None:
     bar.close()
   mngr.wait_until_finished()
   ts.best_mngr.wait_until_finished()
   ts.state = state
   return {"steps": int(jax.device_get(state["step"])), "preempted": preempted,
-          "train_tokens_per_s": run_tokens / run_seconds if run_seconds else None}
+          "train_tokens_per_s": steps.tokens_per_s}
 
 
 def final_evaluation(run: Run, ts: TrainState, splits, evaluator: Evaluator, writer, steps: int) -> dict:

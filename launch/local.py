@@ -47,9 +47,15 @@ def main(argv=None):
                       "get_config and get_sweep)")
   parser.add_argument("--workdir", required=True, help="sweep root; one sub-folder per point (local or gs://)")
   parser.add_argument("--dry_run", action="store_true", help="print each point's status and command; run nothing")
+  parser.add_argument("--only", default="", help="run only the points whose folder name matches this regular "
+                      "expression (e.g. 'seed=0' for a first batch)")
   parser.add_argument("extra", nargs="*", help="flags passed to every run, after '--' (e.g. -- --config.seed=1)")
   args = parser.parse_args(argv)
   runs = sweep.expand(args.config, args.workdir, extra=args.extra)
+  if args.only:
+    import re  # pylint: disable=g-import-not-at-top
+
+    runs = [r for r in runs if re.search(args.only, r.name)]
 
   state = {"child": None, "stop": False}
 

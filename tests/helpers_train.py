@@ -167,6 +167,28 @@ def run_main(workdir: str, *, timeout: float = 180, env=None, faults=None, **ove
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def killed_beside_reference(ref_dir: str, run_dir: str, *, kill_step: int, env, cwd: str = REPO,
+                            timeout: float = 180, **overrides) -> subprocess.CompletedProcess:
+  """Runs an uninterrupted reference in `ref_dir` beside a run in `run_dir` that SIGKILLs itself once its
+  checkpoint of `kill_step` is on disk. Asserts the reference finished and the other was killed; returns it."""
+  import signal
+
+  ref = subprocess.Popen(main_command(ref_dir, **overrides), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+  try:
+    killed = subprocess.run(main_command(run_dir, faults={"sigkill_after_checkpoint_step": kill_step}, **overrides),
+                            cwd=cwd, env=env, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    ref_out = ref.communicate(timeout=timeout)[0]
+  finally:
+    if ref.poll() is None:
+      ref.kill()
+      ref.wait()
+  assert ref.returncode == 0, ref_out[-4000:]
+  assert killed.returncode == -signal.SIGKILL, killed.stdout[-4000:]
+  return killed
+
+
 def restore_state(workdir: str, *, sub: str = "ckpt", step: int | None = None):
   """(step, state as numpy) of workdir/<sub> (latest step by default), restored onto this process's first device.
   best/ holds parameters only: then the params tree is returned.

@@ -3,7 +3,6 @@ the bucket bit-exact with an uninterrupted local run, then predict from the buck
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -64,18 +63,7 @@ def test_gs_workdir_train_kill_resume_predict(gcs_env, tmp_path):
   cwd = str(tmp_path / "cwd")  # where a wrongly resolved gs:// path would land as a local "gs:" folder
   os.makedirs(cwd)
   env["PYTHONPATH"] = ht.REPO + os.pathsep + env["PYTHONPATH"]
-  ref = subprocess.Popen(ht.main_command(ref_dir, **RESUME), cwd=cwd, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-  try:
-    killed = subprocess.run(ht.main_command(run_dir, faults={"sigkill_after_checkpoint_step": 8}, **RESUME), cwd=cwd,
-                            env=env, timeout=TIMEOUT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    ref_out = ref.communicate(timeout=TIMEOUT)[0]
-  finally:
-    if ref.poll() is None:
-      ref.kill()
-      ref.wait()
-  assert ref.returncode == 0, ref_out[-4000:]
-  assert killed.returncode == -signal.SIGKILL, killed.stdout[-4000:]
+  ht.killed_beside_reference(ref_dir, run_dir, kill_step=8, env=env, cwd=cwd, timeout=TIMEOUT, **RESUME)
   bucket = epath.Path(run_dir)
   assert not (bucket / "results.json").exists()
 

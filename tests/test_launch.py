@@ -161,6 +161,11 @@ def test_local_dry_run_reports_plan(tmp_path, capsys):
   assert f"{runs[2].name} (failed, resumed)" in out and f"{runs[3].name} (missing, new)" in out
   assert "skipped 1 | resumed 2 | new 1" in out
 
+  # --only keeps the points whose folder matches.
+  assert local.main([f"--config={exp}:cluener", f"--workdir={root}", "--dry_run", f"--only={runs[3].name}$"]) == 0
+  out = capsys.readouterr().out
+  assert f"{runs[3].name} (missing, new)" in out and runs[0].name not in out
+
 
 # ----------------------------------------------------------------------------- a real local sweep
 

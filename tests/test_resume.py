@@ -29,18 +29,7 @@ def _state_leaves(workdir):
 def test_sigkill_then_restart_is_bit_exact(tmp_path):
   env = ht.subprocess_env(devices=1)
   ref_dir, run_dir = str(tmp_path / "reference"), str(tmp_path / "killed")
-  # The uninterrupted reference runs beside the run that kills itself.
-  ref = subprocess.Popen(ht.main_command(ref_dir, **RESUME), cwd=ht.REPO, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-  try:
-    killed = ht.run_main(run_dir, env=env, timeout=TIMEOUT, faults={"sigkill_after_checkpoint_step": 8}, **RESUME)
-    ref_out = ref.communicate(timeout=TIMEOUT)[0]
-  finally:
-    if ref.poll() is None:
-      ref.kill()
-      ref.wait()
-  assert ref.returncode == 0, ref_out[-4000:]
-  assert killed.returncode == -signal.SIGKILL, killed.stdout[-4000:]
+  ht.killed_beside_reference(ref_dir, run_dir, kill_step=8, env=env, timeout=TIMEOUT, **RESUME)
   assert not os.path.exists(os.path.join(run_dir, "results.json"))
   step, _ = _state_leaves(run_dir)
   assert step == 8

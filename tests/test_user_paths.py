@@ -4,6 +4,7 @@ through the config, a type seen only in dev, config checks that fail early with 
 
 import json
 import os
+import pathlib
 import random
 import shutil
 import string
@@ -14,14 +15,15 @@ import numpy as np
 import pytest
 
 from gp_jax import train
+from gp_jax.models.bert import BertConfig
 from tests import helpers_train as ht
+from tests.models.test_bert import _hf_config_dict, _hf_weights, _write_checkpoint
 
 TIMEOUT = 240
 
 
 def _tiny_bert_dir(directory):
   """A random 2-layer BERT written as a Hugging Face folder: config.json, model.safetensors, tokenizer files."""
-  from safetensors.numpy import save_file
   from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
   from transformers import PreTrainedTokenizerFast
 
@@ -36,31 +38,14 @@ def _tiny_bert_dir(directory):
                                  sep_token="[SEP]", mask_token="[MASK]")
   os.makedirs(directory, exist_ok=True)
   fast.save_pretrained(directory)
-  D, F, layers = 32, 64, 2
-  cfg = {"model_type": "bert", "vocab_size": len(vocab), "hidden_size": D, "num_hidden_layers": layers,
-         "num_attention_heads": 2, "intermediate_size": F, "max_position_embeddings": 128, "type_vocab_size": 2,
-         "layer_norm_eps": 1e-12, "hidden_act": "gelu", "pad_token_id": 0, "hidden_dropout_prob": 0.1,
-         "attention_probs_dropout_prob": 0.1}
-  rng = np.random.default_rng(0)
-  shapes = {"embeddings.word_embeddings.weight": (len(vocab), D), "embeddings.position_embeddings.weight": (128, D),
-            "embeddings.token_type_embeddings.weight": (2, D), "embeddings.LayerNorm.weight": (D,),
-            "embeddings.LayerNorm.bias": (D,)}
-  for i in range(layers):
-    p = f"encoder.layer.{i}."
-    for name in ("query", "key", "value"):
-      shapes[p + f"attention.self.{name}.weight"] = (D, D)
-      shapes[p + f"attention.self.{name}.bias"] = (D,)
-    shapes.update({p + "attention.output.dense.weight": (D, D), p + "attention.output.dense.bias": (D,),
-                   p + "attention.output.LayerNorm.weight": (D,), p + "attention.output.LayerNorm.bias": (D,),
-                   p + "intermediate.dense.weight": (F, D), p + "intermediate.dense.bias": (F,),
-                   p + "output.dense.weight": (D, F), p + "output.dense.bias": (D,),
-                   p + "output.LayerNorm.weight": (D,), p + "output.LayerNorm.bias": (D,)})
-  weights = {k: (np.ones(s) if k.endswith("LayerNorm.weight") else rng.normal(0, 0.1, size=s)).astype(np.float32)
-             for k, s in shapes.items()}
-  save_file(weights, os.path.join(directory, "model.safetensors"))
-  with open(os.path.join(directory, "config.json"), "w") as f:
-    json.dump(cfg, f)
-  return cfg
+  cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                   max_position_embeddings=128)
+  hf = _hf_config_dict(cfg)
+  # A trainable start: unit LayerNorm scales, the rest scaled down from test_bert's N(0, 0.3).
+  weights = {k: np.ones_like(v) if k.endswith("LayerNorm.weight") else v / 3
+             for k, v in _hf_weights(cfg, np.random.default_rng(0)).items()}
+  _write_checkpoint(pathlib.Path(directory), hf, weights)
+  return hf
 
 
 def test_bert_workdir_is_self_contained(tmp_path):
@@ -192,3 +177,26 @@ def test_config_checks_fail_early_with_one_line(tmp_path):
   assert out.returncode != 0 and "model.head_size: 16 -> 8" in out.stdout
   out = ht.run_main(workdir, timeout=TIMEOUT, num_train_steps=2, **{"data.tfds_dir": str(tmp_path / "elsewhere")})
   assert out.returncode == 0, out.stdout[-3000:]  # where files live may differ between hosts
+
+
+def test_bert_settings_come_from_the_config(tmp_path):
+  """encoder=bert gets the fine-tuning optimizer in one place, and model.dropout reaches the encoder's
+  hidden and attention dropout (the HF config's 0.1 is overridden), with or without pretrained weights."""
+  from flax import nnx
+
+  from gp_jax.configs import base
+  from gp_jax.data.tokenize import HFTokenizer
+  from gp_jax.models.ner import build_model
+
+  c = base.get_config("encoder=bert")
+  assert (c.optimizer.lr, c.optimizer.head_lr, c.optimizer.b2) == (5e-5, 1e-3, 0.999) and c.optimizer.warmup_steps > 0
+  assert base.get_config().optimizer.lr == 2e-3  # scratch keeps its own
+  pretrained = str(tmp_path / "tiny_bert")
+  _tiny_bert_dir(pretrained)
+  c.model.pretrained = pretrained
+  c.model.dropout = 0.3
+  tokenizer = HFTokenizer(pretrained)
+  for load_weights in (True, False):
+    model = build_model(c, tokenizer, 3, load_weights=load_weights)
+    rates = {m.rate for _, m in nnx.iter_graph(model.encoder) if isinstance(m, nnx.Dropout)}
+    assert rates == {0.3}, (load_weights, rates)
