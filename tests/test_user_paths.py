@@ -138,10 +138,8 @@ def test_user_files_through_the_config(tmp_path):
   assert results["dev"]["per_type"]["LOC"]["tp"] > 0 and results["dev"]["per_type"]["ORG"]["tp"] > 0
 
   # The last column only (the default): the outer level is not read.
-  last_only = str(tmp_path / "last")
-  out = ht.run_main(last_only, timeout=TIMEOUT, **{**common, "num_train_steps": 2})
-  assert out.returncode == 0, out.stdout[-4000:]
-  assert json.load(open(os.path.join(last_only, "results.json")))["split_stats"]["train"]["entities"] == n_inner
+  last_only = train.train_and_evaluate(ht.tiny_config(**{**common, "num_train_steps": 2}), str(tmp_path / "last"))
+  assert last_only["split_stats"]["train"]["entities"] == n_inner
 
   # The same records as JSONL.
   from gp_jax.data import read_conll
@@ -152,12 +150,10 @@ def test_user_files_through_the_config(tmp_path):
     with open(jsonl[name], "w") as f:
       for r in read_conll(path, tag_cols=(1, 2)):
         f.write(json.dumps({"id": r["id"], "text": r["text"], "entities": r["entities"]}) + "\n")
-  as_jsonl = str(tmp_path / "jsonl")
-  out = ht.run_main(as_jsonl, timeout=TIMEOUT, **{**common, "data.name": "jsonl", "data.train_file": jsonl["train"],
-                                                   "data.dev_file": jsonl["dev"]})
-  assert out.returncode == 0, out.stdout[-4000:]
-  same = json.load(open(os.path.join(as_jsonl, "results.json")))
-  assert same["split_stats"] == results["split_stats"] and same["dev"]["f1"] == results["dev"]["f1"]
+  same = train.train_and_evaluate(ht.tiny_config(**{**common, "data.name": "jsonl", "data.train_file": jsonl["train"],
+                                                   "data.dev_file": jsonl["dev"]}), str(tmp_path / "jsonl"))
+  assert same["split_stats"] == results["split_stats"]
+  assert same["dev"]["f1"] == pytest.approx(results["dev"]["f1"], abs=1e-6)
 
 
 def test_config_checks_fail_early_with_one_line(tmp_path):
@@ -172,11 +168,14 @@ def test_config_checks_fail_early_with_one_line(tmp_path):
 
   # Reusing a workdir with another model fails with the changed keys, unless allowed.
   workdir = str(tmp_path / "c")
-  assert ht.run_main(workdir, timeout=TIMEOUT, num_train_steps=2).returncode == 0
-  out = ht.run_main(workdir, timeout=TIMEOUT, num_train_steps=2, **{"model.head_size": 8})
-  assert out.returncode != 0 and "model.head_size: 16 -> 8" in out.stdout
-  out = ht.run_main(workdir, timeout=TIMEOUT, num_train_steps=2, **{"data.tfds_dir": str(tmp_path / "elsewhere")})
-  assert out.returncode == 0, out.stdout[-3000:]  # where files live may differ between hosts
+  train.train_and_evaluate(ht.tiny_config(num_train_steps=2), workdir)
+  with pytest.raises(ValueError, match=r"1 changed keys: model.head_size: 16 -> 8"):
+    train.train_and_evaluate(ht.tiny_config(num_train_steps=2, **{"model.head_size": 8}), workdir)
+  # Where files live may differ between hosts; and the check can be switched off.
+  train.train_and_evaluate(ht.tiny_config(num_train_steps=2, **{"data.tfds_dir": str(tmp_path / "elsewhere")}), workdir)
+  summary = train.train_and_evaluate(ht.tiny_config(num_train_steps=3, allow_config_change=True,
+                                                    **{"optimizer.lr": 0.5}), workdir)
+  assert summary["steps"] == 3
 
 
 def test_bert_settings_come_from_the_config(tmp_path):
