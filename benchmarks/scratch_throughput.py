@@ -1,106 +1,133 @@
-"""Forward and train-step throughput (tokens/s) of a ScratchEncoder + GlobalPointer head on CPU.
+"""Forward and train-step throughput of the from-scratch encoder + GlobalPointer head, on the project's code.
 
-  python benchmarks/scratch_throughput.py                       # default config, batch 32 x seq 64
-  python benchmarks/scratch_throughput.py --arch conv4_128_attn1 --batch 64
+The model and step are the ones the README main job runs: the config of `experiments/msra_scratch.py`
+(char + bigram embeddings, hidden 128, 4 gated conv blocks, GlobalPointer d=64 with RoPE, sparse ZLPR,
+AdamW), built by `gp_jax.state.init_model`, trained by `gp_jax.train.train_step` jitted as `train_loop`
+jits it; the forward is the evaluation step (`gp_jax.evaluate.eval_step`: encoder, head, on-device hit
+gathering), jitted as `Evaluator` jits it. Batches are synthetic, in the pipeline's format, rows of random
+length in [seq/2, seq] (MSRA sentences vary); tokens/s counts real (non-padding) tokens, as the training
+log does.
+
+Prints one line per mode with tokens/s, ms per call, minor page faults and system CPU seconds per call
+(`getrusage`: the kernel time the main job spends in fresh-memory faults shows up here), and the 1-minute
+load average (the machine is shared: note it).
+
+  python benchmarks/scratch_throughput.py                       # batch 32 x seq 64, the main job's model
+  python benchmarks/scratch_throughput.py --batch 256 --seq 128 --modes forward
   python benchmarks/scratch_throughput.py --set hidden_size=192 --set num_layers=6
-
-Prints one line: config, forward tokens/s, train-step tokens/s (fwd + bwd + AdamW), step ms,
-parameter count, CPU seconds per step (all threads), and the 1-minute load average (the machine is shared: note it).
+  python benchmarks/scratch_throughput.py --no-runtime          # without gp_jax.runtime's process settings
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout
+import argparse
+import datetime
+import functools
+import resource
 import time
+import types as pytypes
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from benchmarks.scratch_msra_probe import (  # noqa: E402
-    ARCHS,
-    DEFAULT_ARCH,
-    TABLES,
-    Tagger,
-    build_train_step,
-    make_config,
-    parse_overrides,
-)
+from benchmarks.train_step import ProjectStep, load_average, synthetic_batch
+from gp_jax import evaluate
+from gp_jax import sharding as shd
 
-def main():
+MSRA_TYPES = ("LOC", "ORG", "PER")
+
+
+def msra_config(overrides):
+  from experiments import msra_scratch  # pylint: disable=g-import-not-at-top
+
+  c = msra_scratch.get_config()
+  for item in overrides or ():
+    key, value = item.split("=", 1)
+    old = c.model[key]
+    c.model[key] = type(old)(value) if not isinstance(old, tuple) else tuple(int(v) for v in value.split(","))
+  return c
+
+
+def usage():
+  r = resource.getrusage(resource.RUSAGE_SELF)
+  return time.perf_counter(), r.ru_minflt, r.ru_stime, r.ru_utime
+
+
+def measure(fn, n: int) -> dict:
+  """Per-call medians of wall time; per-call means of minor faults, system and user CPU seconds."""
+  walls = []
+  t0, f0, s0, u0 = usage()
+  for _ in range(n):
+    t = time.perf_counter()
+    fn()
+    walls.append(time.perf_counter() - t)
+  t1, f1, s1, u1 = usage()
+  return {"s": float(np.median(walls)), "faults": (f1 - f0) / n, "sys": (s1 - s0) / n, "user": (u1 - u0) / n}
+
+
+def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--arch", default=DEFAULT_ARCH, choices=sorted(ARCHS))
-  p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a ScratchConfig field")
-  p.add_argument("--batch", type=int, default=32)
-  p.add_argument("--seq", type=int, default=64)
-  p.add_argument("--types", type=int, default=3, help="entity types (GP heads)")
+  p.add_argument("--batch", type=int, default=32, help="rows per train step (main job: 32)")
+  p.add_argument("--eval-batch", type=int, default=256, help="rows per forward (main job eval: 256)")
+  p.add_argument("--seq", type=int, default=64, help="padded length (a bucket of the main job: 16..128)")
+  p.add_argument("--modes", default="train,forward", help="comma list of train, forward")
+  p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config.model field")
   p.add_argument("--vocab", type=int, default=4734, help="char vocabulary size (MSRA: 4734)")
-  p.add_argument("--bigram-vocab", type=int, default=50002, help="bigram vocabulary size, 0 = none")
-  p.add_argument("--dense-tables", action="store_true", help="dense AdamW on embedding tables (default: lazy rows)")
-  p.add_argument("--prng", default="threefry2x32", help="jax_default_prng_impl (threefry2x32, rbg, unsafe_rbg)")
-  p.add_argument("--steps", type=int, default=30, help="timed steps (after 3 warm-up steps)")
-  args = p.parse_args()
-  jax.config.update("jax_default_prng_impl", args.prng)
+  p.add_argument("--bigram-vocab", type=int, default=50002, help="bigram vocabulary size (MSRA: 50002)")
+  p.add_argument("--steps", type=int, default=30, help="timed calls per mode (after compilation + 3 warm-up)")
+  p.add_argument("--no-runtime", action="store_true", help="skip gp_jax.runtime.configure() (malloc settings)")
+  args = p.parse_args(argv)
+  settings = {}
+  if not args.no_runtime:
+    from gp_jax import runtime  # pylint: disable=g-import-not-at-top
 
-  cfg = make_config(args.arch, parse_overrides(args.set), vocab_size=args.vocab, bigram_vocab_size=args.bigram_vocab)
-  B, L = args.batch, args.seq
-  model = Tagger(cfg, args.types, 64, rngs=nnx.Rngs(0))
-  n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    settings = runtime.configure()
 
-  rng = np.random.default_rng(0)
-  lengths = rng.integers(L // 2, L + 1, size=B)
-  mask = (np.arange(L)[None] < lengths[:, None]).astype(np.int32)
-  batch = {
-      "input_ids": rng.integers(2, args.vocab, size=(B, L)).astype(np.int32) * mask,
-      "bigram_ids": rng.integers(2, max(args.bigram_vocab, 3), size=(B, L)).astype(np.int32) * mask,
-      "attention_mask": mask,
-      "span_ids": np.full((B, args.types, 8), -1, np.int32),
-  }
-  batch["span_ids"][:, :, 0] = 2 * L + 3  # one gold span per row and type
-  batch = jax.device_put(batch)
-
-  model.eval()
-  eval_graphdef = nnx.graphdef(model)
-  model.train()
-  graphdef, tables, params, rest = nnx.split(model, TABLES, nnx.Param, ...)
-  opt_init, train_step = build_train_step(graphdef, wd=0.01, table_wd=0.0, lazy=not args.dense_tables)
-  opt = opt_init(tables, params)
-
-  @jax.jit
-  def fwd_step(tables, params, rest, b):
-    return nnx.merge(eval_graphdef, tables, params, rest)(b)
-
-  def timeit(fn, n):
-    out = None
+  config = msra_config(args.set)
+  config.batch_size = args.batch
+  tokenizer = pytypes.SimpleNamespace(vocab_size=args.vocab, bigram_vocab_size=args.bigram_vocab,
+                                      feature_names=("input_ids", "bigram_ids"),
+                                      pad_values={"input_ids": 0, "bigram_ids": 0})
+  H = len(MSRA_TYPES)
+  start_load = load_average()
+  ours = ProjectStep(config, tokenizer, list(MSRA_TYPES))
+  feats = {"input_ids": (2, args.vocab, 0), "bigram_ids": (2, args.bigram_vocab, 0)}
+  m = config.model
+  print(f"scratch_throughput {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC "
+        f"device={jax.devices()[0].platform} cores={os.cpu_count()} load_at_start={start_load:.2f} "
+        f"runtime={settings or 'off'}; model: scratch h{m.hidden_size} x{m.num_layers} "
+        f"{m.block} + {m.head} head d={m.head_size}, {ours.n_params:,} params")
+  for mode in args.modes.split(","):
+    rows = args.batch if mode == "train" else args.eval_batch
+    batch = synthetic_batch(batch=rows, seq=args.seq, num_types=H, features=feats, min_len=args.seq // 2,
+                            spans_per_row=2)
+    real = int(batch["attention_mask"].sum())
+    dbatch = ours.device_batch(batch)
+    if mode == "train":
+      fn = lambda: ours.step(dbatch)  # noqa: E731
+    elif mode == "forward":
+      s = ours.setup
+      step = jax.jit(functools.partial(evaluate.eval_step, graphdef=s.graphdef, rest=s.rest, size=rows * 32,
+                                       block_size=s.block_size, hit_sharding=shd.replicated(s.mesh)),
+                     out_shardings=shd.replicated(s.mesh))
+      fn = lambda: jax.block_until_ready(step(ours.state["params"], dbatch))  # noqa: E731
+    else:
+      raise SystemExit(f"unknown mode {mode!r}")
+    t = time.perf_counter()
+    fn()
+    compile_s = time.perf_counter() - t
     for _ in range(3):
-      out = fn()
-    jax.block_until_ready(out)
-    t, c = time.perf_counter(), time.process_time()
-    for _ in range(n):
-      out = fn()
-    jax.block_until_ready(out)
-    return (time.perf_counter() - t) / n, (time.process_time() - c) / n
-
-  fwd_s, _ = timeit(lambda: fwd_step(tables, params, rest, batch), args.steps)
-  state = [tables, params, rest, opt]
-  lr = jnp.float32(1e-3)
-
-  def one_step():
-    *state[:], loss = train_step(*state, batch, lr)
-    return loss
-
-  step_s, step_cpu_s = timeit(one_step, args.steps)
-  tokens = B * L
-  arch = args.arch + "".join(f",{s}" for s in args.set or [])
-  print(
-      f"arch={arch} B={B} L={L} params={n_params / 1e6:.2f}M fwd={tokens / fwd_s:,.0f} tok/s "
-      f"train={tokens / step_s:,.0f} tok/s step={step_s * 1e3:.1f}ms (cpu {step_cpu_s * 1e3:.0f}ms) "
-      f"load1={os.getloadavg()[0]:.2f}"
-  )
+      fn()
+    load = load_average()
+    r = measure(fn, args.steps)
+    print(f"{mode}: B={rows} L={args.seq} {real / r['s']:,.0f} real tok/s ({rows * args.seq / r['s']:,.0f} padded), "
+          f"{r['s'] * 1e3:.1f} ms/call, {r['faults']:,.0f} minor faults/call, sys {r['sys'] * 1e3:.1f} ms/call, "
+          f"user {r['user'] * 1e3:.1f} ms/call, compile {compile_s:.1f} s; load {load:.2f}", flush=True)
+  print(f"load at end {load_average():.2f}; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from gp_jax import train
+from gp_jax import runtime, train
 from gp_jax.configs.args import check_override_keys
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (get_config(arg)).", lock_config=True)
@@ -30,6 +30,7 @@ def parse_flags(argv):
 
 def main(argv):
   del argv
+  runtime.configure()  # process-level settings (malloc) before anything is allocated
   train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 
 

@@ -1,0 +1,74 @@
+"""Process-level settings, applied once at process start (`gp_jax.main`, benchmarks).
+
+glibc malloc. XLA:CPU allocates every step's temporaries and output buffers with malloc and frees them
+at the end of the step. glibc serves large requests with a fresh mmap (threshold 128 KiB, raised
+dynamically up to 32 MiB), gives freed heap tops back to the kernel above its trim threshold, and deletes
+a secondary arena's heap as soon as it is empty (whatever the thresholds), so every step re-maps and
+re-faults tens of MB: the MSRA main job took ~25k minor page faults per step and about a quarter of its
+CPU time in the kernel, its threads serialised on the page-fault path. `configure()` turns all three off:
+no mmap for allocations, no trimming, one arena (the main heap). Freed memory stays in the process and
+the next step reuses it; the resident set grows to the peak of one step and stays there.
+
+Set GP_JAX_MALLOC=0 to leave malloc alone (e.g. when comparing, or under jemalloc/tcmalloc).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import platform
+
+log = logging.getLogger(__name__)
+
+# mallopt parameters (glibc malloc.h).
+M_TRIM_THRESHOLD = -1
+M_TOP_PAD = -2
+M_MMAP_THRESHOLD = -3
+M_MMAP_MAX = -4
+M_ARENA_MAX = -8
+
+_configured: dict | None = None
+
+
+def _glibc():
+  if platform.system() != "Linux":
+    return None
+  try:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    libc.gnu_get_libc_version  # pylint: disable=pointless-statement
+  except (OSError, AttributeError):
+    return None  # musl or no libc we know
+  return libc
+
+
+def malloc_settings() -> dict[str, int]:
+  """The mallopt values `configure` applies: no mmap, no trimming, one arena."""
+  return {"M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": 2 ** 31 - 1, "M_TOP_PAD": 64 << 20, "M_ARENA_MAX": 1}
+
+
+def configure_malloc() -> dict[str, int]:
+  """Applies `malloc_settings()` through mallopt; returns what was set ({} if not glibc or disabled)."""
+  if os.environ.get("GP_JAX_MALLOC", "1").lower() in ("0", "false", "off", "no"):
+    return {}
+  libc = _glibc()
+  if libc is None:
+    return {}
+  libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+  libc.mallopt.restype = ctypes.c_int
+  done = {}
+  for name, value in malloc_settings().items():
+    if libc.mallopt(globals()[name], value) == 1:
+      done[name] = value
+    else:
+      log.warning("mallopt(%s, %d) failed", name, value)
+  return done
+
+
+def configure() -> dict:
+  """Process-level settings; idempotent. Call before JAX allocates anything."""
+  global _configured
+  if _configured is None:
+    _configured = {"malloc": configure_malloc()}
+  return _configured
