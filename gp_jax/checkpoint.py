@@ -83,7 +83,8 @@ def restore(mngr: ocp.CheckpointManager, abstract_state, step: int | None = None
 def restore_params(mngr: ocp.CheckpointManager, abstract_params, step: int | None = None):
   """(step, params) from a best/ checkpoint, or the params alone of a resume checkpoint (no optimizer
   moments are read). `step` defaults to the best step (best/) or the latest."""
-  step = step if step is not None else (mngr.best_step() or mngr.latest_step())
+  if step is None:
+    step = mngr.best_step() if mngr.best_step() is not None else mngr.latest_step()
   if step is None:
     raise FileNotFoundError(f"no checkpoint in {mngr.directory}")
   if (storage.path(mngr.directory) / str(step) / "params").exists():

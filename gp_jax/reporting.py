@@ -52,7 +52,7 @@ class MetricWriter:
     if self.mirror is not None:
       self.jsonl.close()
       self.tb.close()
-      self.mirror.sync()
+      self.mirror.close()  # last copy to the workdir; a gs:// run's local mirror is removed
 
 
 def setup_logging(mirror: storage.LocalMirror | None) -> None:

@@ -455,7 +455,7 @@ def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> d
     writer.close()
     raise
   write_results(run, summary)
-  writer.close()
   log.info("Done (%s) in %.1f minutes: %s", summary["status"], summary["wall_minutes"],
            {k: summary[k]["f1"] for k in ("dev", "test") if k in summary})
+  writer.close()  # after the last log line, so a gs:// train.log holds it
   return summary

@@ -51,11 +51,6 @@ def load_encoder_config(workdir) -> dict | None:
   return json.loads(p.read_text()) if p.exists() else None
 
 
-def read_results(workdir) -> dict | None:
-  p = storage.path(workdir) / "results.json"
-  return json.loads(p.read_text()) if p.exists() else None
-
-
 # Config sections whose change makes a resumed run another model; where files live may differ between hosts.
 COMPARED_SECTIONS = ("model", "data", "tokenizer", "optimizer", "loss")
 LOCATION_KEYS = ("data.manual_dir", "data.tfds_dir")

@@ -91,7 +91,8 @@ def test_gs_workdir_train_kill_resume_predict(gcs_env, tmp_path):
   steps = [json.loads(line)["step"] for line in (bucket / "metrics.jsonl").read_text().splitlines()
            if json.loads(line)["split"] == "train"]
   assert steps[-1] == 12
-  assert "Resumed from" in (bucket / "train.log").read_text()
+  log_text = (bucket / "train.log").read_text()
+  assert "Resumed from" in log_text and "Done (finished)" in log_text  # the last line reaches the bucket too
 
   pred = subprocess.run([sys.executable, "-m", "gp_jax.predict", f"--workdir={run_dir}", "--batch_size=4"],
                         input="abc_[12_Xyz]_qq_777\n", cwd=cwd, env=env, stdout=subprocess.PIPE,
