@@ -4,7 +4,8 @@
   python -m launch.report gs://BUCKET/runs/rope gs://BUCKET/runs/heads --out docs/figures/rope
 
 A run is a folder holding config.json or results.json (found recursively; local or gs:// via etils.epath).
-Finished runs are grouped by config.json's data.name, model.encoder, model.head and model.use_rope; each group
+Finished runs are grouped by config.json's data.name, model.encoder, model.head and model.use_rope ("n/a" for the
+crf and softmax taggers, which have no RoPE); each group
 shows n (seeds) and mean +- std (statistics.stdev; "-" when n = 1) of dev/test F1, precision, recall (in %),
 train tokens/s and parameter count. Preempted, failed and unfinished runs are listed apart, never averaged.
 
@@ -91,7 +92,7 @@ def collect(roots) -> list[dict]:
           "dataset": data.get("name", "?"),
           "encoder": model.get("encoder", "?"),
           "head": model.get("head", "?"),
-          "rope": model.get("use_rope", "?"),
+          "rope": model.get("use_rope", "?") if model.get("head", "standard") in SPAN_HEADS else NO_ROPE,
           "seed": config.get("seed"),
           "results": results,
       })
@@ -101,6 +102,8 @@ def collect(roots) -> list[dict]:
 # ----------------------------------------------------------------------------- statistics
 
 GROUP_KEYS = ("dataset", "encoder", "head", "rope")
+SPAN_HEADS = ("standard", "efficient")
+NO_ROPE = "n/a"  # taggers (crf, softmax) have no RoPE; their config's use_rope is ignored
 # (column, getter on results.json); F1/P/R are fractions in results.json and shown in %.
 METRICS = (
     ("dev F1", lambda r: r.get("dev", {}).get("f1")),
@@ -239,8 +242,12 @@ def _pyplot():
   return plt
 
 
+def _rope_label(rope: str) -> str:
+  return {"True": "RoPE", "False": "no RoPE"}.get(rope, "tagger")
+
+
 def _label(g: dict) -> str:
-  return f"{g['dataset']}\n{g['encoder']}/{g['head']}\n{'RoPE' if g['rope'] == 'True' else 'no RoPE'}"
+  return f"{g['dataset']}\n{g['encoder']}/{g['head']}\n{_rope_label(g['rope'])}"
 
 
 def plot_f1(summary: list[dict], path: str):
@@ -272,9 +279,9 @@ def plot_by_length(rows: list[dict], summary: list[dict], path: str):
     xs = list(range(len(LENGTH_BUCKETS)))
     for g in groups:
       f1 = pooled_by_length([r for r in rows if r["run"] in g["runs"]])
-      label = ("RoPE" if g["rope"] == "True" else "no RoPE") + (f" {g['encoder']}/{g['head']}" if several else "")
+      label = _rope_label(g["rope"]) + (f" {g['encoder']}/{g['head']}" if several else "")
       ys = [100 * f1[b] if f1[b] is not None else float("nan") for b in LENGTH_BUCKETS]
-      ax.plot(xs, ys, marker="o", linestyle="-" if g["rope"] == "True" else "--", label=f"{label} (n={g['n']})")
+      ax.plot(xs, ys, marker="o", linestyle={"True": "-", "False": "--"}.get(g["rope"], ":"), label=f"{label} (n={g['n']})")
     ax.set_xticks(xs)
     ax.set_xticklabels(LENGTH_BUCKETS)
     ax.set_title(f"{ds} (dev, {'/'.join(sorted({g['encoder'] for g in groups}))} encoder)")

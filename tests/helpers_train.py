@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -121,18 +122,26 @@ class LogWatcher:
 
   def wait_for(self, text: str, timeout: float) -> str | None:
     """The first line holding `text`, or None if the output ended or `timeout` passed first."""
-    seen = 0
+    found = self._wait(lambda line: text in line, 0, timeout)
+    return found[1] if found else None
+
+  def wait_for_match(self, pattern: str, *, after: int = 0, timeout: float = 60.0) -> tuple[int, str]:
+    """(index, line) of the first line at or after `after` matching the regex; AssertionError if none comes."""
+    found = self._wait(lambda line: re.search(pattern, line), after, timeout)
+    if found is None:
+      raise AssertionError(f"no line matching {pattern!r}; output:\n{''.join(self.lines)[-4000:]}")
+    return found
+
+  def _wait(self, match, after: int, timeout: float) -> tuple[int, str] | None:
     end = time.monotonic() + timeout
     with self._cond:
       while True:
-        for line in self.lines[seen:]:
-          if text in line:
-            return line
-        seen = len(self.lines)
-        if self._done:
-          return None
+        for i in range(after, len(self.lines)):
+          if match(self.lines[i]):
+            return i, self.lines[i]
+        after = max(after, len(self.lines))
         left = end - time.monotonic()
-        if left <= 0:
+        if self._done or left <= 0:
           return None
         self._cond.wait(left)
 

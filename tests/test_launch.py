@@ -8,8 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 
 import pytest
 
@@ -170,36 +168,6 @@ def test_local_dry_run_reports_plan(tmp_path, capsys):
 # ----------------------------------------------------------------------------- a real local sweep
 
 
-class _Lines:
-  """Reads a process's merged output on a thread; wait_for(regex, after=i) -> (index, line) of the next match."""
-
-  def __init__(self, proc):
-    self.lines, self.done, self.cond = [], False, threading.Condition()
-    self.proc = proc
-    threading.Thread(target=self._read, daemon=True).start()
-
-  def _read(self):
-    for line in self.proc.stdout:
-      with self.cond:
-        self.lines.append(line)
-        self.cond.notify_all()
-    with self.cond:
-      self.done = True
-      self.cond.notify_all()
-
-  def wait_for(self, pattern, *, after=0, timeout=60.0):
-    end = time.monotonic() + timeout
-    with self.cond:
-      while True:
-        for i in range(after, len(self.lines)):
-          if re.search(pattern, self.lines[i]):
-            return i, self.lines[i]
-        after = len(self.lines)
-        if self.done or time.monotonic() > end:
-          raise AssertionError(f"no line matching {pattern!r}; output:\n{''.join(self.lines)[-4000:]}")
-        self.cond.wait(max(end - time.monotonic(), 0.01))
-
-
 SWEEP_STEPS = 300  # long enough that the SIGTERM after the first logged step lands mid-run
 
 
@@ -218,10 +186,10 @@ def test_local_sweep_sigterm_then_rerun_resumes_and_skips(tmp_path):
 
   proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   try:
-    out = _Lines(proc)
-    i, line = out.wait_for(r"^  pid \d+$")
+    out = ht.LogWatcher(proc)
+    i, line = out.wait_for_match(r"^  pid \d+$")
     pid = int(line.split()[-1])
-    out.wait_for(r"\bstep \d+", after=i + 1)  # the first point is training
+    out.wait_for_match(r"\bstep \d+", after=i + 1)  # the first point is training
     os.kill(pid, signal.SIGTERM)
     assert proc.wait(timeout=120) == 0, "".join(out.lines)[-4000:]
   finally:

@@ -18,10 +18,10 @@ def _split(f1, p, r, seed, k):
   return {"f1": f1, "precision": p, "recall": r, "tp": 1, "pred": 2, "gold": 2, "per_type": {}, "by_length": by_length}
 
 
-def _run(root, name, *, dataset, rope, seed, status="finished", test=True, k=0, **extra):
+def _run(root, name, *, dataset, rope, seed, status="finished", test=True, k=0, head="standard", **extra):
   d = os.path.join(root, name)
   os.makedirs(d)
-  config = {"seed": seed, "data": {"name": dataset}, "model": {"encoder": "scratch", "head": "standard",
+  config = {"seed": seed, "data": {"name": dataset}, "model": {"encoder": "scratch", "head": head,
                                                                "use_rope": rope}}
   with open(os.path.join(d, "config.json"), "w") as f:
     json.dump(config, f)
@@ -147,3 +147,15 @@ def test_without_matplotlib_says_how_to_install(sweep_dir, tmp_path, capsys, mon
   assert "pip install -e '.[plots]'" in capsys.readouterr().err
   assert os.path.exists(out + ".md") and not os.path.exists(out + "_f1.png")
   assert report.main([root]) == 0  # no --out: no plots, no matplotlib needed
+
+
+def test_taggers_have_no_rope_column(tmp_path):
+  root = str(tmp_path / "runs")
+  for seed in (0, 1):
+    _run(root, f"msra/head=crf,seed={seed}", dataset="msra", rope=True, seed=seed, head="crf")
+  _run(root, "msra/use_rope=True,head=standard,seed=0", dataset="msra", rope=True, seed=0)
+  summary = report.summarize(report.collect(root))
+  by_head = {g["head"]: g for g in summary}
+  assert by_head["crf"]["rope"] == "n/a" and by_head["crf"]["n"] == 2
+  assert by_head["standard"]["rope"] == "True"
+  assert "| msra | scratch | crf | n/a | 2 |" in report.groups_table(summary)
