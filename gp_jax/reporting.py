@@ -69,7 +69,7 @@ def setup_logging(mirror: storage.LocalMirror | None) -> None:
     fh._gp_jax_train_log = True
     fh.setFormatter(logging.Formatter(_FORMAT))
     root.addHandler(fh)
-  for noisy in ("absl", "orbax", "jax._src"):
+  for noisy in ("absl", "orbax", "jax._src", "fsspec"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

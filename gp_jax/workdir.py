@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 
 import ml_collections
@@ -35,7 +36,11 @@ def has_tokenizer(workdir) -> bool:
 def load_tokenizer(workdir):
   from gp_jax.data.tokenize import load_tokenizer as load  # pylint: disable=g-import-not-at-top
 
-  return load(storage.download_dir(storage.path(workdir) / "tokenizer"))
+  src = storage.path(workdir) / "tokenizer"
+  if not storage.is_url(os.fspath(src)):
+    return load(src)
+  with tempfile.TemporaryDirectory(prefix="gp_jax_tok_") as tmp:  # loaded into memory; the copy is not kept
+    return load(storage.download_dir(src, tmp))
 
 
 def load_config(workdir) -> ml_collections.ConfigDict:

@@ -63,6 +63,8 @@ def test_gs_workdir_train_kill_resume_predict(gcs_env, tmp_path):
   cwd = str(tmp_path / "cwd")  # where a wrongly resolved gs:// path would land as a local "gs:" folder
   os.makedirs(cwd)
   env["PYTHONPATH"] = ht.REPO + os.pathsep + env["PYTHONPATH"]
+  env["TMPDIR"] = str(tmp_path / "tmp")  # local mirrors and downloads of the gs:// runs land here
+  os.makedirs(env["TMPDIR"])
   ht.killed_beside_reference(ref_dir, run_dir, kill_step=8, env=env, cwd=cwd, timeout=TIMEOUT, **RESUME)
   bucket = epath.Path(run_dir)
   assert not (bucket / "results.json").exists()
@@ -103,3 +105,5 @@ def test_gs_workdir_train_kill_resume_predict(gcs_env, tmp_path):
   for e in row["entities"]:
     assert row["text"][e["start"]:e["end"]] == e["text"]
   assert not os.path.exists(os.path.join(cwd, "gs:")) and not os.path.exists(os.path.join(ht.REPO, "gs:"))
+  left = [n for n in os.listdir(env["TMPDIR"]) if n.startswith("gp_jax_")]
+  assert len(left) == 1 and left[0].startswith("gp_jax_mirror_"), left  # only the SIGKILLed run's mirror
