@@ -51,14 +51,11 @@ def upload_dir(local_dir: str | os.PathLike, dst) -> None:
       (target / name).write_bytes(open(os.path.join(root, name), "rb").read())
 
 
-def download_dir(src, local_dir: str | os.PathLike | None = None) -> str:
-  """Copies a folder (local or URL) to a local one (a new temp folder by default); returns its path."""
+def download_dir(src, local_dir: str | os.PathLike) -> str:
+  """Copies a folder (local or URL) into `local_dir` (the caller owns and removes it); returns its path."""
   src = path(src)
   if not src.is_dir():
     raise FileNotFoundError(f"no folder {src}")
-  if not is_url(os.fspath(src)) and local_dir is None:
-    return os.fspath(src)
-  local_dir = local_dir or tempfile.mkdtemp(prefix="gp_jax_")
   os.makedirs(local_dir, exist_ok=True)
   for p in src.iterdir():  # one listing per folder (no recursive glob on GCS)
     out = os.path.join(local_dir, p.name)
