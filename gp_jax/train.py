@@ -26,6 +26,7 @@ from gp_jax import checkpoint as ckpt_lib
 from gp_jax import reporting, storage, workdir as wd
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
+from gp_jax.configs import base as base_config
 from gp_jax.data import batching, windows
 from gp_jax.data.sources import load_records
 from gp_jax.evaluate import Evaluator, flat_result, model_batch
@@ -123,7 +124,8 @@ def setup_run(config, workdir) -> Run:
   config_json = config.to_json_best_effort(sort_keys=True)
   saved = root / "config.json"
   if saved.exists() and not config.get("allow_config_change", False):
-    changes = wd.config_changes(storage.read_json(saved), json.loads(config_json))
+    defaults = json.loads(base_config.get_config().to_json_best_effort())
+    changes = wd.config_changes(storage.read_json(saved), json.loads(config_json), defaults)
     if changes:
       raise ValueError(f"{root} holds a run of another config ({len(changes)} changed keys: {'; '.join(changes)}). "
                        "Use a new workdir, or --config.allow_config_change=True to resume anyway.")

@@ -72,9 +72,14 @@ def _flatten(d, prefix=""):
   return out
 
 
-def config_changes(old: dict, new: dict) -> list[str]:
-  """Keys of model/data/tokenizer/optimizer/loss whose values differ, as 'key: old -> new'."""
-  a = {k: v for k, v in _flatten(old).items() if k.split(".")[0] in COMPARED_SECTIONS and k not in LOCATION_KEYS}
-  b = {k: v for k, v in _flatten(new).items() if k.split(".")[0] in COMPARED_SECTIONS and k not in LOCATION_KEYS}
+def config_changes(old: dict, new: dict, defaults: dict | None = None) -> list[str]:
+  """Keys of model/data/tokenizer/optimizer/loss whose values differ, as 'key: old -> new'.
+
+  A key missing from `old` (added to the code after that run was written) counts as its value in
+  `defaults`, the base config, whose defaults keep earlier behaviour."""
+  compared = lambda d: {k: v for k, v in _flatten(d).items()  # noqa: E731
+                        if k.split(".")[0] in COMPARED_SECTIONS and k not in LOCATION_KEYS}
+  a, b = compared(old), compared(new)
+  a = {**{k: v for k, v in compared(defaults or {}).items() if k in b}, **a}
   return [f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}" for k in sorted(set(a) | set(b))
           if a.get(k) != b.get(k)]

@@ -198,3 +198,20 @@ def test_bert_settings_come_from_the_config(tmp_path):
     model = build_model(c, tokenizer, 3, load_weights=load_weights)
     rates = {m.rate for _, m in nnx.iter_graph(model.encoder) if isinstance(m, nnx.Dropout)}
     assert rates == {0.3}, (load_weights, rates)
+
+
+def test_keys_added_since_a_run_compare_as_their_defaults():
+  """A workdir written before a config key existed resumes when the key holds its default, not otherwise."""
+  from gp_jax import workdir as wd
+  from gp_jax.configs import base
+
+  defaults = json.loads(base.get_config().to_json_best_effort())
+  new = json.loads(base.get_config().to_json_best_effort())
+  old = json.loads(base.get_config().to_json_best_effort())
+  del old["model"]["conv_impl"]
+  assert wd.config_changes(old, new, defaults) == []
+  assert wd.config_changes(old, new) == ["model.conv_impl: '<absent>' -> 'unfold'"]
+  new["model"]["conv_impl"] = "xla"
+  assert wd.config_changes(old, new, defaults) == ["model.conv_impl: 'unfold' -> 'xla'"]
+  new["batch_size"] = 7  # outside the compared sections
+  assert wd.config_changes(old, new, defaults) == ["model.conv_impl: 'unfold' -> 'xla'"]

@@ -70,6 +70,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.model.block = "glu"  # scratch: conv block kind, 'glu' or 'gelu'
   c.model.kernel_size = 3  # scratch: conv width
   c.model.dilations = (1, 2, 4, 1)  # scratch: dilation per conv block (cycled)
+  c.model.conv_impl = "unfold"  # scratch: 'unfold' (k shifted copies + one matmul) or 'xla' (lax.conv; same params)
   c.model.num_attn_layers = 0  # scratch: self-attention blocks after the convs
   c.model.dropout = 0.1  # scratch: residual dropout; bert: hidden/attention dropout
   c.model.embed_dropout = 0.1  # scratch: embedding dropout

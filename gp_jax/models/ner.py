@@ -132,6 +132,7 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
         block=m.block,
         kernel_size=m.kernel_size,
         dilations=tuple(m.dilations),
+        conv_impl=m.get("conv_impl", "unfold"),
         num_attn_layers=m.num_attn_layers,
         dropout=m.dropout,
         embed_dropout=m.embed_dropout,

@@ -1,0 +1,94 @@
+"""gp_jax.runtime: the unrolled threefry lowering gives the Threefry-2x32 bits (NumPy reference from the
+Random123 formulas) without the CPU while loop; malloc settings are what the docs say."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gp_jax import runtime
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
+
+
+def threefry2x32_reference(key, x0, x1):
+  """Threefry-2x32, 20 rounds (Salmon et al. 2011), uint32 NumPy arrays."""
+  with np.errstate(over="ignore"):
+    k0, k1 = np.uint32(key[0]), np.uint32(key[1])
+    ks = (k0, k1, k0 ^ k1 ^ np.uint32(0x1BD11BDA))
+    x0, x1 = x0.astype(np.uint32) + ks[0], x1.astype(np.uint32) + ks[1]
+    for group in range(5):
+      for r in ROTATIONS[4 * (group % 2): 4 * (group % 2) + 4]:
+        x0 = x0 + x1
+        x1 = (x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r))
+        x1 = x1 ^ x0
+      x0 = x0 + ks[(group + 1) % 3]
+      x1 = x1 + ks[(group + 2) % 3] + np.uint32(group + 1)
+  return x0, x1
+
+
+def test_reference_matches_random123_known_answers():
+  cases = [((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+           ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+           ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0))]
+  for key, ctr, want in cases:
+    got = threefry2x32_reference(key, np.array([ctr[0]], np.uint32), np.array([ctr[1]], np.uint32))
+    assert (int(got[0][0]), int(got[1][0])) == want
+
+
+CHILD = r"""
+import json, sys
+import numpy as np
+from gp_jax import runtime
+mode = runtime.configure()["threefry"]
+import jax, jax.numpy as jnp
+from jax.extend.random import threefry_2x32
+rng = np.random.default_rng(0)
+key = rng.integers(0, 2**32, 2, dtype=np.uint64).astype(np.uint32)
+count = rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)
+f = jax.jit(threefry_2x32)
+hlo = f.lower(jnp.asarray(key), jnp.asarray(count)).compile().as_text()
+out = np.asarray(f(jnp.asarray(key), jnp.asarray(count)))
+drop = jax.jit(lambda k: jax.random.bernoulli(k, 0.9, (64, 128)))
+mask = np.asarray(drop(jax.random.key(7)))
+json.dump({"mode": mode, "while": " while(" in hlo, "key": key.tolist(), "count": count.tolist(),
+           "out": out.tolist(), "mask": np.packbits(mask).tolist()}, sys.stdout)
+"""
+
+
+def _child(threefry: str) -> dict:
+  env = dict(os.environ, GP_JAX_THREEFRY=threefry, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+  res = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300)
+  assert res.returncode == 0, res.stderr[-3000:]
+  return json.loads(res.stdout)
+
+
+@pytest.fixture(scope="module")
+def children():
+  return {mode: _child(mode) for mode in ("unrolled", "rolled")}
+
+
+def test_unrolled_threefry_gives_the_reference_bits_without_a_loop(children):
+  run = children["unrolled"]
+  assert run["mode"] == "unrolled"
+  assert not run["while"], "the unrolled lowering still compiles to a while loop"
+  count = np.asarray(run["count"], np.uint32)
+  # threefry_2x32 hashes the two halves of the count array as the (x0, x1) pairs.
+  x0, x1 = threefry2x32_reference(run["key"], count[:2048], count[2048:])
+  np.testing.assert_array_equal(np.asarray(run["out"], np.uint32), np.concatenate([x0, x1]))
+
+
+def test_rolled_and_unrolled_lowerings_draw_the_same_dropout_masks(children):
+  assert children["rolled"]["mode"] == "rolled" and children["rolled"]["while"]
+  assert children["rolled"]["out"] == children["unrolled"]["out"]
+  assert children["rolled"]["mask"] == children["unrolled"]["mask"]
+
+
+def test_malloc_settings_turn_off_mmap_trimming_and_arenas():
+  s = runtime.malloc_settings()
+  assert s["M_MMAP_MAX"] == 0 and s["M_ARENA_MAX"] == 1 and s["M_TRIM_THRESHOLD"] >= 2 ** 30
