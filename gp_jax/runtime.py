@@ -71,21 +71,28 @@ def configure_malloc() -> dict[str, int]:
   return done
 
 
-def configure_threefry() -> str:
-  """Registers JAX's unrolled threefry2x32 lowering for CPU (same bits as the rolled one); returns
-  "unrolled", or "rolled" when disabled (GP_JAX_THREEFRY=rolled) or when this JAX lacks the internals."""
-  if os.environ.get("GP_JAX_THREEFRY", "unrolled").lower() == "rolled":
-    return "rolled"
+def set_threefry_lowering(kind: str) -> bool:
+  """Registers JAX's "unrolled" threefry2x32 lowering (other backends') or its "rolled" one (CPU default) for
+  CPU; applies to programs compiled afterwards. False when this JAX lacks the internals."""
+  if kind not in ("unrolled", "rolled"):
+    raise ValueError(f"threefry lowering must be 'unrolled' or 'rolled', got {kind!r}")
   try:
     from jax._src.interpreters import mlir  # pylint: disable=g-import-not-at-top
-    from jax._src.random import threefry2x32  # pylint: disable=g-import-not-at-top
+    from jax._src.random import threefry2x32 as tf  # pylint: disable=g-import-not-at-top
 
-    rule = threefry2x32._threefry2x32_lowering_rule  # pylint: disable=protected-access
-    mlir.register_lowering(threefry2x32.threefry2x32_p, rule, platform="cpu")
+    rule = tf._threefry2x32_lowering_rule if kind == "unrolled" else tf._threefry2x32_cpu_lowering_rule  # pylint: disable=protected-access
+    mlir.register_lowering(tf.threefry2x32_p, rule, platform="cpu")
   except (ImportError, AttributeError) as e:
-    log.warning("threefry: keeping JAX's rolled CPU lowering (%s)", e)
+    log.warning("threefry: keeping JAX's CPU lowering (%s)", e)
+    return False
+  return True
+
+
+def configure_threefry() -> str:
+  """The unrolled lowering unless GP_JAX_THREEFRY=rolled; returns the lowering in use."""
+  if os.environ.get("GP_JAX_THREEFRY", "unrolled").lower() == "rolled":
     return "rolled"
-  return "unrolled"
+  return "unrolled" if set_threefry_lowering("unrolled") else "rolled"
 
 
 def configure() -> dict:

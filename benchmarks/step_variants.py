@@ -1,0 +1,98 @@
+"""A/B of the MSRA main job's train step: two builds of the same step in one process, timed in alternating pairs.
+
+Variants (the main job's model and step, `experiments/msra_scratch.py`, built by `benchmarks.train_step.ProjectStep`):
+  threefry   JAX's rolled CPU threefry lowering (a while loop) vs the unrolled one `gp_jax.runtime` registers
+  conv_impl  the scratch encoder's conv as "unfold" (k shifted copies + one matmul) vs "xla" (lax.conv)
+
+Each pair runs `--steps` steps of A, then of B, on the same synthetic batch (B32, rows of random length in
+[L/2, L]); the ratio A/B of the median step times is taken per pair; prints the median ratio over `--pairs`
+with its min..max, and both variants' last losses (equal when the variants compute the same bits).
+
+  python benchmarks/step_variants.py --variant threefry --lengths 32,64,96
+  python benchmarks/step_variants.py --variant conv_impl
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout
+import argparse
+import datetime
+import time
+import types as pytypes
+
+import numpy as np
+
+from gp_jax import runtime
+
+VARIANTS = {"threefry": ("rolled", "unrolled"), "conv_impl": ("unfold", "xla")}
+
+
+def build(variant: str, value: str, seq_lengths):
+  """A ProjectStep of the main job's config with `variant` set to `value`, compiled for every length."""
+  from benchmarks.scratch_throughput import MSRA_TYPES, msra_config  # pylint: disable=g-import-not-at-top
+  from benchmarks.train_step import ProjectStep, synthetic_batch  # pylint: disable=g-import-not-at-top
+
+  config = msra_config(None)
+  if variant == "threefry":
+    if not runtime.set_threefry_lowering(value):
+      raise SystemExit("this JAX has no threefry lowering to switch")
+  else:
+    config.model.conv_impl = value
+  tokenizer = pytypes.SimpleNamespace(vocab_size=4734, bigram_vocab_size=50002,
+                                      feature_names=("input_ids", "bigram_ids"),
+                                      pad_values={"input_ids": 0, "bigram_ids": 0})
+  step = ProjectStep(config, tokenizer, list(MSRA_TYPES))
+  feats = {"input_ids": (2, 4734, 0), "bigram_ids": (2, 50002, 0)}
+  batches = {}
+  for L in seq_lengths:
+    batch = synthetic_batch(batch=config.batch_size, seq=L, num_types=len(MSRA_TYPES), features=feats,
+                            min_len=L // 2, spans_per_row=2)
+    batches[L] = step.device_batch(batch)
+    for _ in range(3):  # compile + warm up
+      step.step(batches[L])
+  return step, batches
+
+
+def timed(step, batch, n: int) -> float:
+  walls = []
+  for _ in range(n):
+    t = time.perf_counter()
+    step.step(batch)
+    walls.append(time.perf_counter() - t)
+  return float(np.median(walls))
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--variant", choices=sorted(VARIANTS), default="threefry", help="what differs between A and B")
+  p.add_argument("--lengths", default="32,64,96", help="comma list of padded lengths (main-job buckets)")
+  p.add_argument("--pairs", type=int, default=6, help="alternating A/B pairs per length")
+  p.add_argument("--steps", type=int, default=6, help="timed steps per variant and pair (median taken)")
+  args = p.parse_args(argv)
+  settings = runtime.configure()
+  lengths = [int(x) for x in args.lengths.split(",")]
+  a_name, b_name = VARIANTS[args.variant]
+  load = os.getloadavg()[0]
+  print(f"step_variants {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC cores={os.cpu_count()} "
+        f"load_at_start={load:.2f} runtime={settings}; variant {args.variant}: A={a_name} B={b_name}", flush=True)
+  a, a_batches = build(args.variant, a_name, lengths)
+  b, b_batches = build(args.variant, b_name, lengths)
+  runtime.configure_threefry()  # back to the process default for anything compiled later
+  for L in lengths:
+    ta, tb = [], []
+    for _ in range(args.pairs):
+      ta.append(timed(a, a_batches[L], args.steps))
+      tb.append(timed(b, b_batches[L], args.steps))
+    ratio = np.asarray(ta) / np.asarray(tb)
+    la, lb = float(a.step(a_batches[L])["loss"]), float(b.step(b_batches[L])["loss"])
+    print(f"B32xL{L}: {a_name} {np.median(ta) * 1e3:.1f} ms, {b_name} {np.median(tb) * 1e3:.1f} ms per step; "
+          f"{a_name}/{b_name} median {np.median(ratio):.3f} [{ratio.min():.3f}..{ratio.max():.3f}] over "
+          f"{args.pairs} pairs; last losses {la:.7f} / {lb:.7f} ({'equal' if la == lb else 'differ'})", flush=True)
+  print(f"load at end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+  main()
