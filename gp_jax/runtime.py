@@ -14,7 +14,7 @@ Set GP_JAX_MALLOC=0 to leave malloc alone (e.g. when comparing, or under jemallo
 Threefry on CPU. JAX lowers the threefry2x32 hash (every dropout mask, every `jax.random` draw) as a
 5-iteration while loop on CPU, to keep compiles short; XLA:CPU runs each iteration as separate kernels.
 `configure()` registers the unrolled lowering JAX uses on other backends instead: the same bits, one fused
-kernel, 6-10% off the MSRA main job's train step. Set GP_JAX_THREEFRY=rolled to keep JAX's CPU lowering.
+kernel, 4-6% off the MSRA main job's train step. Set GP_JAX_THREEFRY=rolled to keep JAX's CPU lowering.
 """
 
 from __future__ import annotations
