@@ -52,6 +52,14 @@ def msra_config(overrides):
   return c
 
 
+def msra_inputs(vocab: int = 4734, bigram_vocab: int = 50002):
+  """(tokenizer stand-in, synthetic_batch feature ranges) with the main job's vocabulary sizes."""
+  tokenizer = pytypes.SimpleNamespace(vocab_size=vocab, bigram_vocab_size=bigram_vocab,
+                                      feature_names=("input_ids", "bigram_ids"),
+                                      pad_values={"input_ids": 0, "bigram_ids": 0})
+  return tokenizer, {"input_ids": (2, vocab, 0), "bigram_ids": (2, bigram_vocab, 0)}
+
+
 def usage():
   r = resource.getrusage(resource.RUSAGE_SELF)
   return time.perf_counter(), r.ru_minflt, r.ru_stime, r.ru_utime
@@ -89,13 +97,10 @@ def main(argv=None):
 
   config = msra_config(args.set)
   config.batch_size = args.batch
-  tokenizer = pytypes.SimpleNamespace(vocab_size=args.vocab, bigram_vocab_size=args.bigram_vocab,
-                                      feature_names=("input_ids", "bigram_ids"),
-                                      pad_values={"input_ids": 0, "bigram_ids": 0})
+  tokenizer, feats = msra_inputs(args.vocab, args.bigram_vocab)
   H = len(MSRA_TYPES)
   start_load = load_average()
   ours = ProjectStep(config, tokenizer, list(MSRA_TYPES))
-  feats = {"input_ids": (2, args.vocab, 0), "bigram_ids": (2, args.bigram_vocab, 0)}
   m = config.model
   print(f"scratch_throughput {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC "
         f"device={jax.devices()[0].platform} cores={os.cpu_count()} load_at_start={start_load:.2f} "

@@ -20,11 +20,11 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout
 import argparse
 import datetime
-import time
-import types as pytypes
 
 import numpy as np
 
+from benchmarks.scratch_throughput import MSRA_TYPES, measure, msra_config, msra_inputs
+from benchmarks.train_step import ProjectStep, load_average, synthetic_batch
 from gp_jax import runtime
 
 VARIANTS = {"threefry": ("rolled", "unrolled"), "conv_impl": ("unfold", "xla")}
@@ -32,20 +32,14 @@ VARIANTS = {"threefry": ("rolled", "unrolled"), "conv_impl": ("unfold", "xla")}
 
 def build(variant: str, value: str, seq_lengths):
   """A ProjectStep of the main job's config with `variant` set to `value`, compiled for every length."""
-  from benchmarks.scratch_throughput import MSRA_TYPES, msra_config  # pylint: disable=g-import-not-at-top
-  from benchmarks.train_step import ProjectStep, synthetic_batch  # pylint: disable=g-import-not-at-top
-
   config = msra_config(None)
   if variant == "threefry":
     if not runtime.set_threefry_lowering(value):
       raise SystemExit("this JAX has no threefry lowering to switch")
   else:
     config.model.conv_impl = value
-  tokenizer = pytypes.SimpleNamespace(vocab_size=4734, bigram_vocab_size=50002,
-                                      feature_names=("input_ids", "bigram_ids"),
-                                      pad_values={"input_ids": 0, "bigram_ids": 0})
+  tokenizer, feats = msra_inputs()
   step = ProjectStep(config, tokenizer, list(MSRA_TYPES))
-  feats = {"input_ids": (2, 4734, 0), "bigram_ids": (2, 50002, 0)}
   batches = {}
   for L in seq_lengths:
     batch = synthetic_batch(batch=config.batch_size, seq=L, num_types=len(MSRA_TYPES), features=feats,
@@ -57,12 +51,8 @@ def build(variant: str, value: str, seq_lengths):
 
 
 def timed(step, batch, n: int) -> float:
-  walls = []
-  for _ in range(n):
-    t = time.perf_counter()
-    step.step(batch)
-    walls.append(time.perf_counter() - t)
-  return float(np.median(walls))
+  """Median seconds of `n` blocked steps."""
+  return measure(lambda: step.step(batch), n)["s"]
 
 
 def main(argv=None):
@@ -75,7 +65,7 @@ def main(argv=None):
   settings = runtime.configure()
   lengths = [int(x) for x in args.lengths.split(",")]
   a_name, b_name = VARIANTS[args.variant]
-  load = os.getloadavg()[0]
+  load = load_average()
   print(f"step_variants {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC cores={os.cpu_count()} "
         f"load_at_start={load:.2f} runtime={settings}; variant {args.variant}: A={a_name} B={b_name}", flush=True)
   a, a_batches = build(args.variant, a_name, lengths)
@@ -91,7 +81,7 @@ def main(argv=None):
     print(f"B32xL{L}: {a_name} {np.median(ta) * 1e3:.1f} ms, {b_name} {np.median(tb) * 1e3:.1f} ms per step; "
           f"{a_name}/{b_name} median {np.median(ratio):.3f} [{ratio.min():.3f}..{ratio.max():.3f}] over "
           f"{args.pairs} pairs; last losses {la:.7f} / {lb:.7f} ({'equal' if la == lb else 'differ'})", flush=True)
-  print(f"load at end {os.getloadavg()[0]:.2f}")
+  print(f"load at end {load_average():.2f}")
 
 
 if __name__ == "__main__":
