@@ -7,8 +7,12 @@ reports its peak RSS (`ru_maxrss` in the child, which includes the Python + JAX 
   blockwise: `head.span_loss(..., block_size=bs)` (upper-triangle tiles, no max_span_width)
   banded:    the same with `max_span_width=W` (only j - i < W; a different, narrower mask)
 Dense shapes whose estimated peak exceeds --max_dense_gib are skipped (marked in the table).
+Children call `gp_jax.runtime.configure()` as `gp_jax.main` does (`--no-runtime`: leave it out).
+`--rounds N` runs the modes of a shape N times in alternation (dense, blockwise, banded, dense, ...);
+times are medians over rounds and each ratio is the median of the per-round ratios, with min..max.
 
   python benchmarks/head_scaling.py [--lengths 512,1024,2048,4096,8192 --types 10,50 --width 64]
+  python benchmarks/head_scaling.py --lengths 8192 --types 10 --rounds 3
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import argparse
 import json
 import resource
+import statistics
 import subprocess
 import time
 
@@ -34,8 +39,11 @@ def run_child(spec: dict) -> dict:
   import numpy as np
   from flax import nnx
 
+  from gp_jax import runtime
   from gp_jax.models import GlobalPointer
 
+  if spec["runtime"]:
+    runtime.configure()
   L, H, mode = spec["L"], spec["H"], spec["mode"]
   width = spec["width"] if mode == "banded" else None
   block_size = None if mode == "dense" else spec["block_size"]
@@ -89,7 +97,21 @@ def fmt(r: dict | None, key: str, f: str) -> str:
 def ratio(dense: dict | None, other: dict | None, key: str) -> str:
   if not dense or not other or key not in dense or key not in other:
     return "-"
-  return f"{dense[key] / other[key]:.1f}x"
+  per_round = [a / b for a, b in zip(dense.get(f"{key}_rounds", [dense[key]]), other.get(f"{key}_rounds", [other[key]]))]
+  text = f"{statistics.median(per_round):.1f}x"
+  return text + (f" [{min(per_round):.1f}..{max(per_round):.1f}]" if len(per_round) > 1 else "")
+
+
+def merge_rounds(rounds: list[dict]) -> dict:
+  """Per-round results of one shape and mode -> medians, with the per-round lists kept."""
+  ok = [r for r in rounds if "error" not in r and "skipped" not in r]
+  if len(ok) < len(rounds):
+    return next(r for r in rounds if r not in ok)
+  out = dict(ok[0])
+  for key in ("seconds", "rss_gib"):
+    out[f"{key}_rounds"] = [r[key] for r in ok]
+    out[key] = statistics.median(out[f"{key}_rounds"])
+  return out
 
 
 def main(argv=None):
@@ -102,6 +124,9 @@ def main(argv=None):
   parser.add_argument("--hidden", type=int, default=384, help="hidden size D")
   parser.add_argument("--head_size", type=int, default=64, help="head size d")
   parser.add_argument("--iters", type=int, default=3, help="timed steps per shape (median); 1 when a step > 20 s")
+  parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of the modes per shape")
+  parser.add_argument("--no-runtime", dest="runtime", action="store_false",
+                      help="leave gp_jax.runtime.configure() out of the children")
   parser.add_argument("--max_dense_gib", type=float, default=12.0, help="skip dense shapes estimated above this")
   parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -115,19 +140,25 @@ def main(argv=None):
   results = {}
   for H in types:
     for L in lengths:
+      rounds = {mode: [] for mode in modes}
+      for k in range(args.rounds):
+        for mode in modes:
+          est_gib = H * L * L * DENSE_BYTES_PER_CELL / 2**30
+          if mode == "dense" and est_gib > args.max_dense_gib:
+            r = {"skipped": f"skipped (~{est_gib:.0f} GiB)"}
+          else:
+            spec = dict(L=L, H=H, mode=mode, width=args.width, block_size=args.block_size, D=args.hidden,
+                        d=args.head_size, iters=args.iters, runtime=args.runtime)
+            r = run_shape(spec)
+          rounds[mode].append(r)
+          print(f"# H={H} L={L} {mode} round {k + 1}, load {os.getloadavg()[0]:.2f}: {json.dumps(r)}",
+                file=sys.stderr, flush=True)
       for mode in modes:
-        est_gib = H * L * L * DENSE_BYTES_PER_CELL / 2**30
-        if mode == "dense" and est_gib > args.max_dense_gib:
-          r = {"skipped": f"skipped (~{est_gib:.0f} GiB)"}
-        else:
-          spec = dict(L=L, H=H, mode=mode, width=args.width, block_size=args.block_size, D=args.hidden,
-                      d=args.head_size, iters=args.iters)
-          r = run_shape(spec)
-        results[(H, L, mode)] = r
-        print(f"# H={H} L={L} {mode}: {json.dumps(r)}", file=sys.stderr, flush=True)
+        results[(H, L, mode)] = merge_rounds(rounds[mode])
 
   print(f"GlobalPointer D={args.hidden} d={args.head_size} B=1, span loss forward+backward (jit), "
-        f"block_size={args.block_size}, banded W={args.width}; seconds/step (median), peak RSS GiB\n")
+        f"block_size={args.block_size}, banded W={args.width}, runtime settings {'on' if args.runtime else 'off'}, "
+        f"{args.rounds} round(s); seconds/step (median), peak RSS GiB\n")
   print("| H | L | dense s | blockwise s | banded s | dense GiB | blockwise GiB | banded GiB "
         "| dense/blockwise time | dense/banded time | dense/blockwise RSS |")
   print("|---|---|---|---|---|---|---|---|---|---|---|")

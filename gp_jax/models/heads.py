@@ -103,7 +103,8 @@ class GlobalPointer(_SpanHead):
   ):
     self._setup(num_types, head_size, use_rope, max_span_width, rope_base)
     self.dense = nnx.Linear(
-        hidden_size, num_types * 2 * head_size, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+        hidden_size, num_types * 2 * head_size, dtype=dtype, param_dtype=param_dtype,
+        dot_general=ops.flat_dot_general, rngs=rngs,
     )
 
   def project(self, hidden_BLD, *, positions=None):
@@ -135,9 +136,13 @@ class EfficientGlobalPointer(_SpanHead):
       rngs: nnx.Rngs,
   ):
     self._setup(num_types, head_size, use_rope, max_span_width, rope_base)
-    self.dense = nnx.Linear(hidden_size, 2 * head_size, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.dense = nnx.Linear(
+        hidden_size, 2 * head_size, dtype=dtype, param_dtype=param_dtype, dot_general=ops.flat_dot_general,
+        rngs=rngs,
+    )
     self.bias_dense = nnx.Linear(
-        2 * head_size, 2 * num_types, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+        2 * head_size, 2 * num_types, dtype=dtype, param_dtype=param_dtype, dot_general=ops.flat_dot_general,
+        rngs=rngs,
     )
 
   def project(self, hidden_BLD, *, positions=None):

@@ -38,14 +38,44 @@ def apply_rope(x, *, positions=None, base: float = 10000.0):
   angles_BLT = rope_angles(positions, d, base=base)
   if x.ndim == 4:
     angles_BLT = angles_BLT[:, :, None, :]
-  cos, sin = jnp.cos(angles_BLT), jnp.sin(angles_BLT)
+  # Per channel: cos_c = cos(theta_t), sin_c = -sin(theta_t) on 2t and +sin(theta_t) on 2t + 1, so that
+  # out = x * cos_c + swap_pairs(x) * sin_c (the same float ops as the pairwise formula).
+  cos_T, sin_T = jnp.cos(angles_BLT), jnp.sin(angles_BLT)
+  cos_C = jnp.repeat(cos_T, 2, axis=-1)
+  sin_C = jnp.stack([-sin_T, sin_T], axis=-1).reshape(sin_T.shape[:-1] + (d,))
+  return _rotate(x, cos_C, sin_C)
+
+
+def _swap_pairs(x):
+  """(x[2t], x[2t+1]) -> (x[2t+1], x[2t]) on the last axis."""
+  return x.reshape(x.shape[:-1] + (x.shape[-1] // 2, 2))[..., ::-1].reshape(x.shape)
+
+
+@jax.custom_vjp
+def _rotate(x, cos_C, sin_C):
   x32 = x.astype(jnp.float32)
-  x_even, x_odd = x32[..., 0::2], x32[..., 1::2]
-  rot_even = x_even * cos - x_odd * sin
-  rot_odd = x_odd * cos + x_even * sin
-  out = jnp.stack([rot_even, rot_odd], axis=-1).reshape(x.shape)
-  return out.astype(x.dtype)
+  return (x32 * cos_C + _swap_pairs(x32) * sin_C).astype(x.dtype)
+
+
+def _rotate_fwd(x, cos_C, sin_C):
+  return _rotate(x, cos_C, sin_C), (x, cos_C, sin_C)
+
+
+def _rotate_bwd(res, g):
+  # The transpose of a rotation is the rotation by -theta (autodiff would build strided pads instead).
+  x, cos_C, sin_C = res
+  g32, x32 = g.astype(jnp.float32), x.astype(jnp.float32)
+  dx = (g32 * cos_C - _swap_pairs(g32) * sin_C).astype(x.dtype)
+  return dx, _sum_to(g32 * x32, cos_C.shape), _sum_to(g32 * _swap_pairs(x32), sin_C.shape)
+
+
+def _sum_to(x, shape):
+  """Sums the broadcast axes of x back to `shape` (same rank)."""
+  axes = tuple(a for a, (n, m) in enumerate(zip(x.shape, shape)) if m == 1 and n != 1)
+  return jnp.sum(x, axis=axes, keepdims=True) if axes else x
+
+
+_rotate.defvjp(_rotate_fwd, _rotate_bwd)
 
 
 __all__ = ["apply_rope", "rope_angles"]
-del jax

@@ -88,3 +88,31 @@ def test_long_sequences_no_position_cap():
 def test_rejects_odd_dim():
   with pytest.raises(ValueError, match="even"):
     apply_rope(jnp.ones((1, 2, 3)))
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 8), (2, 4, 3, 6)])
+def test_gradient_is_the_inverse_rotation(shape):
+  """d/dx sum(w * rope(x)) = R(theta)^T w = the reference rotation of w by -theta."""
+  rng = np.random.default_rng(4)
+  x = jnp.asarray(rng.normal(size=shape), jnp.float32)
+  w = rng.normal(size=shape).astype(np.float32)
+  positions = np.array([[3, 9, 0, 4, 7][: shape[1]], [1, 2, 30, 5, 6][: shape[1]]])
+  grad = jax.grad(lambda x: jnp.sum(jnp.asarray(w) * apply_rope(x, positions=jnp.asarray(positions))))(x)
+  np.testing.assert_allclose(grad, rope_reference(w, -positions), rtol=1e-5, atol=1e-5)
+
+
+def test_gradient_through_the_angles():
+  """Float positions are differentiable: d/dm of a rotated pair is the pair turned by a further 90 degrees."""
+  x = np.random.default_rng(5).normal(size=(1, 3, 4)).astype(np.float32)
+  positions = jnp.asarray([[0.5, 2.0, 7.25]], jnp.float32)
+  d = x.shape[-1]
+  inv_freq = np.array([10000.0 ** (-2 * t / d) for t in range(d // 2)])
+  grad = jax.grad(lambda m: jnp.sum(apply_rope(jnp.asarray(x), positions=m)))(positions)
+  expected = np.zeros((1, 3))
+  for l in range(3):
+    m = float(positions[0, l])
+    for t in range(d // 2):
+      a, b, f = x[0, l, 2 * t], x[0, l, 2 * t + 1], inv_freq[t]
+      # d/dm [(a cos - b sin) + (b cos + a sin)] with angle m * f
+      expected[0, l] += f * (-a * math.sin(m * f) - b * math.cos(m * f) - b * math.sin(m * f) + a * math.cos(m * f))
+  np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-4)
