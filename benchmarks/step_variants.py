@@ -3,6 +3,7 @@
 Variants (the main job's model and step, `experiments/msra_scratch.py`, built by `benchmarks.train_step.ProjectStep`):
   threefry   JAX's rolled CPU threefry lowering (a while loop) vs the unrolled one `gp_jax.runtime` registers
   conv_impl  the scratch encoder's conv as "unfold" (k shifted copies + one matmul) vs "xla" (lax.conv)
+  linear     Linear layers through `lax.dot_general` on `[B, L, K]` ("nested") vs `ops.flat_dot_general` ("flat")
 
 Each pair runs `--steps` steps of A, then of B, on the same synthetic batch (B32, rows of random length in
 [L/2, L]); the ratio A/B of the median step times is taken per pair; prints the median ratio over `--pairs`
@@ -10,6 +11,7 @@ with its min..max, and both variants' last losses (equal when the variants compu
 
   python benchmarks/step_variants.py --variant threefry --lengths 32,64,96
   python benchmarks/step_variants.py --variant conv_impl
+  python benchmarks/step_variants.py --variant linear
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import argparse
 import datetime
 
+import jax
 import numpy as np
 
 from benchmarks.scratch_throughput import MSRA_TYPES, measure, msra_config, msra_inputs
 from benchmarks.train_step import ProjectStep, load_average, synthetic_batch
-from gp_jax import runtime
+from gp_jax import ops, runtime
 
-VARIANTS = {"threefry": ("rolled", "unrolled"), "conv_impl": ("unfold", "xla")}
+VARIANTS = {"threefry": ("rolled", "unrolled"), "conv_impl": ("unfold", "xla"), "linear": ("nested", "flat")}
 
 
 def build(variant: str, value: str, seq_lengths):
@@ -36,10 +39,16 @@ def build(variant: str, value: str, seq_lengths):
   if variant == "threefry":
     if not runtime.set_threefry_lowering(value):
       raise SystemExit("this JAX has no threefry lowering to switch")
-  else:
+  elif variant == "conv_impl":
     config.model.conv_impl = value
   tokenizer, feats = msra_inputs()
-  step = ProjectStep(config, tokenizer, list(MSRA_TYPES))
+  flat = ops.flat_dot_general
+  if variant == "linear" and value == "nested":
+    ops.flat_dot_general = jax.lax.dot_general  # the models read it when they build their Linear layers
+  try:
+    step = ProjectStep(config, tokenizer, list(MSRA_TYPES))
+  finally:
+    ops.flat_dot_general = flat
   batches = {}
   for L in seq_lengths:
     batch = synthetic_batch(batch=config.batch_size, seq=L, num_types=len(MSRA_TYPES), features=feats,
