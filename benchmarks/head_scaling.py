@@ -91,26 +91,33 @@ def fmt(r: dict | None, key: str, f: str) -> str:
     return r["skipped"]
   if "error" in r:
     return "failed"
-  return format(r[key], f)
+  failed = f" ({r['failed_rounds']} round(s) failed)" if r.get("failed_rounds") else ""
+  return format(r[key], f) + failed
 
 
 def ratio(dense: dict | None, other: dict | None, key: str) -> str:
+  """Median over rounds where both ran of dense/other, with min..max."""
   if not dense or not other or key not in dense or key not in other:
     return "-"
-  per_round = [a / b for a, b in zip(dense.get(f"{key}_rounds", [dense[key]]), other.get(f"{key}_rounds", [other[key]]))]
+  a_rounds = dense.get(f"{key}_rounds", [dense[key]])
+  b_rounds = other.get(f"{key}_rounds", [other[key]])
+  per_round = [a / b for a, b in zip(a_rounds, b_rounds) if a is not None and b is not None]
+  if not per_round:
+    return "-"
   text = f"{statistics.median(per_round):.1f}x"
   return text + (f" [{min(per_round):.1f}..{max(per_round):.1f}]" if len(per_round) > 1 else "")
 
 
 def merge_rounds(rounds: list[dict]) -> dict:
-  """Per-round results of one shape and mode -> medians, with the per-round lists kept."""
-  ok = [r for r in rounds if "error" not in r and "skipped" not in r]
-  if len(ok) < len(rounds):
-    return next(r for r in rounds if r not in ok)
-  out = dict(ok[0])
+  """Per-round results of one shape and mode -> medians over the rounds that ran, per-round lists kept
+  (None for a failed round); the first failure if none ran."""
+  ran = ["error" not in r and "skipped" not in r for r in rounds]
+  if not any(ran):
+    return rounds[0]
+  out = dict(rounds[ran.index(True)], failed_rounds=ran.count(False))
   for key in ("seconds", "rss_gib"):
-    out[f"{key}_rounds"] = [r[key] for r in ok]
-    out[key] = statistics.median(out[f"{key}_rounds"])
+    out[f"{key}_rounds"] = [r[key] if ok else None for r, ok in zip(rounds, ran)]
+    out[key] = statistics.median([r[key] for r, ok in zip(rounds, ran) if ok])
   return out
 
 
