@@ -9,6 +9,9 @@ CPU time in the kernel, its threads serialised on the page-fault path. `configur
 no mmap for allocations, no trimming, one arena (the main heap). Freed memory stays in the process and
 the next step reuses it; the resident set grows to the peak of one step and stays there.
 
+The cost: with no mmap the heap fragments around multi-GiB buffers. The dense span path (`[B, H, L, L]`
+scores) at L=8192, H=10 peaks at 15.4 GiB RSS instead of 7.9 (docs/benchmarks.md); long documents should use
+`loss.block_size` (blockwise or banded, under 1.3 GiB there) or this switch.
 Set GP_JAX_MALLOC=0 to leave malloc alone (e.g. when comparing, or under jemalloc/tcmalloc).
 
 Threefry on CPU. JAX lowers the threefry2x32 hash (every dropout mask, every `jax.random` draw) as a
