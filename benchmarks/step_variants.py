@@ -44,7 +44,7 @@ def build(variant: str, value: str, seq_lengths):
   tokenizer, feats = msra_inputs()
   flat = ops.flat_dot_general
   if variant == "linear" and value == "nested":
-    ops.flat_dot_general = jax.lax.dot_general  # the models read it when they build their Linear layers
+    ops.flat_dot_general = jax.lax.dot_general  # `models.layers.linear` reads it per layer built
   try:
     step = ProjectStep(config, tokenizer, list(MSRA_TYPES))
   finally:

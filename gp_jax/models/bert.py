@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from gp_jax import ops
+from gp_jax.models.layers import linear
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +133,7 @@ class BertLayer(nnx.Module):
 
   def __init__(self, cfg: BertConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
     init = nnx.initializers.normal(0.02)
-    dense = lambda i, o: nnx.Linear(
-        i, o, dtype=dtype, param_dtype=param_dtype, kernel_init=init, dot_general=ops.flat_dot_general, rngs=rngs
-    )
+    dense = lambda i, o: linear(i, o, dtype=dtype, param_dtype=param_dtype, kernel_init=init, rngs=rngs)
     D, F = cfg.hidden_size, cfg.intermediate_size
     self.num_heads = cfg.num_heads
     self.query, self.key, self.value = dense(D, D), dense(D, D), dense(D, D)

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from gp_jax import ops
+from gp_jax.models.layers import linear
 
 
 def _mask_logits(logits_BHLL, mask_BL, max_span_width):
@@ -102,10 +103,7 @@ class GlobalPointer(_SpanHead):
       rngs: nnx.Rngs,
   ):
     self._setup(num_types, head_size, use_rope, max_span_width, rope_base)
-    self.dense = nnx.Linear(
-        hidden_size, num_types * 2 * head_size, dtype=dtype, param_dtype=param_dtype,
-        dot_general=ops.flat_dot_general, rngs=rngs,
-    )
+    self.dense = linear(hidden_size, num_types * 2 * head_size, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
   def project(self, hidden_BLD, *, positions=None):
     B, L, _ = hidden_BLD.shape
@@ -136,14 +134,8 @@ class EfficientGlobalPointer(_SpanHead):
       rngs: nnx.Rngs,
   ):
     self._setup(num_types, head_size, use_rope, max_span_width, rope_base)
-    self.dense = nnx.Linear(
-        hidden_size, 2 * head_size, dtype=dtype, param_dtype=param_dtype, dot_general=ops.flat_dot_general,
-        rngs=rngs,
-    )
-    self.bias_dense = nnx.Linear(
-        2 * head_size, 2 * num_types, dtype=dtype, param_dtype=param_dtype, dot_general=ops.flat_dot_general,
-        rngs=rngs,
-    )
+    self.dense = linear(hidden_size, 2 * head_size, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.bias_dense = linear(2 * head_size, 2 * num_types, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
   def project(self, hidden_BLD, *, positions=None):
     """q, k `[B, L, 1, d]` (one shared head) and `[B, H, L]` start/end biases."""

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from gp_jax import ops
+from gp_jax.models.layers import linear
 
 BLOCKS = ("glu", "gelu")
 CONV_IMPLS = ("unfold", "xla")
@@ -59,10 +60,6 @@ class ScratchConfig:
     return self.dilations[layer % len(self.dilations)] if self.dilations else 1
 
 
-def _linear(in_features: int, out_features: int, dtype, rngs: nnx.Rngs) -> nnx.Linear:
-  return nnx.Linear(in_features, out_features, dtype=dtype, dot_general=ops.flat_dot_general, rngs=rngs)
-
-
 def _unfold(x_BLD, kernel_size: int, dilation: int):
   """[B, L, D] -> [B, L, k*D]: the k taps x[t + (j - k//2) * dilation] (zeros outside)."""
   half = (kernel_size // 2) * dilation
@@ -91,8 +88,8 @@ class ConvBlock(nnx.Module):
     self.kernel_size, self.dilation, self.block, self.conv_impl = k, dilation, config.block, config.conv_impl
     out = 2 * D if config.block == "glu" else D
     self.norm = nnx.LayerNorm(D, dtype=dtype, rngs=rngs)
-    self.conv = _linear(k * D, out, dtype, rngs)
-    self.proj = _linear(D, D, dtype, rngs) if config.conv_out_proj else None
+    self.conv = linear(k * D, out, dtype=dtype, rngs=rngs)
+    self.proj = linear(D, D, dtype=dtype, rngs=rngs) if config.conv_out_proj else None
     self.dropout = nnx.Dropout(config.dropout, rngs=rngs)
 
   def __call__(self, x_BLD, mask_BL1):
@@ -118,11 +115,11 @@ class AttnBlock(nnx.Module):
     D = config.hidden_size
     self.num_heads, self.rope_base = config.num_heads, config.rope_base
     self.norm1 = nnx.LayerNorm(D, dtype=dtype, rngs=rngs)
-    self.qkv = _linear(D, 3 * D, dtype, rngs)
-    self.out = _linear(D, D, dtype, rngs)
+    self.qkv = linear(D, 3 * D, dtype=dtype, rngs=rngs)
+    self.out = linear(D, D, dtype=dtype, rngs=rngs)
     self.norm2 = nnx.LayerNorm(D, dtype=dtype, rngs=rngs)
-    self.mlp_in = _linear(D, config.mlp_ratio * D, dtype, rngs)
-    self.mlp_out = _linear(config.mlp_ratio * D, D, dtype, rngs)
+    self.mlp_in = linear(D, config.mlp_ratio * D, dtype=dtype, rngs=rngs)
+    self.mlp_out = linear(config.mlp_ratio * D, D, dtype=dtype, rngs=rngs)
     self.dropout = nnx.Dropout(config.dropout, rngs=rngs)
 
   def __call__(self, x_BLD, mask_BL, positions_BL):
@@ -158,7 +155,7 @@ class ScratchEncoder(nnx.Module):
     )
     width = config.embed_dim + (config.bigram_dim if config.bigram_vocab_size else 0)
     self.embed_dropout = nnx.Dropout(config.embed_dropout, rngs=rngs)
-    self.in_proj = _linear(width, config.hidden_size, dtype, rngs)
+    self.in_proj = linear(width, config.hidden_size, dtype=dtype, rngs=rngs)
     self.convs = nnx.List(
         [ConvBlock(config, config.dilation(i), dtype=dtype, rngs=rngs) for i in range(config.num_layers)]
     )

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from gp_jax.data import tagging
-from gp_jax import ops
+from gp_jax.models.layers import linear
 from gp_jax.ops import crf
 
 
@@ -83,9 +83,7 @@ class _Tagger(nnx.Module):
     self.num_types = num_types
     self.scheme = tagging.normalize_scheme(scheme)
     self.num_tags = tagging.num_tags(num_types, self.scheme)
-    self.dense = nnx.Linear(
-        hidden_size, self.num_tags, dtype=dtype, param_dtype=param_dtype, dot_general=ops.flat_dot_general, rngs=rngs
-    )
+    self.dense = linear(hidden_size, self.num_tags, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
   def __call__(self, hidden_BLD, span_mask_BL=None, *, positions=None):
     """Per-token tag scores `[B, L, T]`, float32 (window coordinates, not shifted)."""
