@@ -6,18 +6,16 @@ The model is reached only through `NerModel.decode_hits` (span heads and taggers
 
 from __future__ import annotations
 
-import functools
 import logging
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from gp_jax import reporting
 from gp_jax import sharding as shd
 from gp_jax.data import batching, merge
 from gp_jax.metrics import span_prf
+from gp_jax.steps import make_eval_step
 
 log = logging.getLogger(__name__)
 
@@ -32,15 +30,6 @@ def model_batch(batch: dict) -> dict:
   return out
 
 
-def eval_step(params, batch, *, graphdef, rest, size: int, block_size=None, hit_sharding=None):
-  """Hits on device: (count, [size, 4] (window, start, end, type), scores [size])."""
-  model = nnx.merge(graphdef, nnx.State(params), rest)
-  model.eval()
-  count, coords, scores = model.decode_hits(batch, size=size, block_size=block_size, hit_sharding=hit_sharding)
-  b, h, i, j = coords.T
-  return count, jnp.stack([batch["window_index"][b], i, j, h], axis=-1), scores
-
-
 class Evaluator:
   """Runs a model over prepared splits: hits per window, merged into documents, scored."""
 
@@ -52,11 +41,7 @@ class Evaluator:
 
   def _fn(self, size: int):
     if size not in self._fns:
-      s = self.setup
-      repl = shd.replicated(s.mesh)
-      fn = functools.partial(eval_step, graphdef=s.graphdef, rest=s.rest, size=size, block_size=s.block_size,
-                             hit_sharding=repl)
-      self._fns[size] = jax.jit(fn, out_shardings=repl)
+      self._fns[size] = make_eval_step(self.setup, size=size)
     return self._fns[size]
 
   def hits(self, params, prepared, *, desc: str = "eval") -> dict[str, np.ndarray]:

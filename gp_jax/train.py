@@ -8,19 +8,16 @@ parameters), final evaluation and results.json. Only main.py and tests import th
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import math
+import os
 import signal
 import time
 from collections.abc import Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
-from flax import nnx
 
 from gp_jax import checkpoint as ckpt_lib
 from gp_jax import reporting, storage, workdir as wd
@@ -29,10 +26,11 @@ from gp_jax import state as state_lib
 from gp_jax.configs import base as base_config
 from gp_jax.data import batching, windows
 from gp_jax.data.sources import load_records
-from gp_jax.evaluate import Evaluator, flat_result, model_batch
+from gp_jax.evaluate import LENGTH_BUCKETS, Evaluator, flat_result, model_batch
 from gp_jax.models.ner import build_tokenizer
 from gp_jax.models.taggers import TAGGERS
 from gp_jax.optim import make_optimizer
+from gp_jax.steps import make_train_step
 
 log = logging.getLogger("gp_jax.train")
 
@@ -47,38 +45,6 @@ class TrainHooks:
 
   step_transform: Callable | None = None
   after_checkpoint: Callable[[int], None] | None = None
-
-
-# ----------------------------------------------------------------------------- pure step
-
-
-def train_step(state, batch, *, graphdef, rest, tx, loss_kind, block_size=None, step_transform=None):
-  """One optimizer step; `state` = {params, opt_state, step, rng}. Pure: jit it.
-
-  metrics["finite"] is False when the loss or the gradient norm is not finite (an inf gradient gives NaN
-  parameters with a finite loss; finite gradients keep AdamW's update finite, so the parameters are not read
-  again for the check)."""
-  dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
-  rest = jax.tree.map(jnp.asarray, rest)  # fresh variables owned by this trace
-  seeded = nnx.merge(graphdef, nnx.State(state["params"]), rest)
-  nnx.reseed(seeded, dropout=dropout_key)
-  rest = nnx.split(seeded, nnx.Param, ...)[2]
-
-  def loss_fn(params):
-    # copy=True: fresh Variables in this trace (the RNG counters dropout advances were made outside it).
-    model = nnx.merge(graphdef, nnx.State(params), rest, copy=True)
-    model.train()
-    return model.loss(batch, loss_kind=loss_kind, block_size=block_size)
-
-  loss, grads = jax.value_and_grad(loss_fn)(state["params"])
-  if step_transform is not None:
-    loss, grads = step_transform(loss, grads, state["step"])
-  updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-  params = optax.apply_updates(state["params"], updates)
-  grad_norm = optax.global_norm(grads)
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-  new_state = dict(state, params=params, opt_state=opt_state, step=state["step"] + 1)
-  return new_state, {"loss": loss, "grad_norm": grad_norm, "finite": finite}
 
 
 # ----------------------------------------------------------------------------- phases
@@ -206,6 +172,20 @@ def build_state(run: Run, splits, tokenizer, types) -> TrainState:
   return TrainState(setup, state, tx, lr_schedule, train_it, int(start_step), total_steps, mngr, best_mngr, n_params)
 
 
+@dataclasses.dataclass
+class EarlyStop:
+  """Stops training when dev F1 has not improved for `epochs` epochs (0 = never)."""
+
+  epochs: float
+  steps_per_epoch: int
+  best_step: int | None
+
+  def exhausted(self, step: int) -> bool:
+    if not self.epochs or self.best_step is None:
+      return False
+    return (step - self.best_step) / self.steps_per_epoch >= self.epochs - 1e-9
+
+
 class Preemption:
   """Turns SIGTERM into a flag the loop checks after each step.
 
@@ -322,16 +302,12 @@ def train_loop(run: Run, ts: TrainState, splits, evaluator: Evaluator, writer, h
   """Steps from ts.start_step to ts.total_steps; returns {steps, preempted, train_tokens_per_s}."""
   config, mesh, mngr = run.config, run.mesh, ts.mngr
   eval_every = int(config.eval_every_steps) or ts.train_it.steps_per_epoch
-  state_shard = state_lib.state_shardings(ts.setup, ts.tx)
-  step_fn = jax.jit(
-      functools.partial(train_step, graphdef=ts.setup.graphdef, rest=ts.setup.rest, tx=ts.tx,
-                        loss_kind=config.loss.kind, block_size=ts.setup.block_size,
-                        step_transform=hooks.step_transform),
-      in_shardings=(state_shard, None), out_shardings=(state_shard, shd.replicated(mesh)), donate_argnums=0)
+  step_fn = make_train_step(ts.setup, ts.tx, loss_kind=config.loss.kind, step_transform=hooks.step_transform)
   log.info("Training %d steps (%d per epoch, global batch %d), eval every %d, checkpoint every %d", ts.total_steps,
            ts.train_it.steps_per_epoch, config.batch_size, eval_every, config.checkpoint_every_steps)
   best_step = ts.best_mngr.best_step()
   best_f1 = float(ts.best_mngr.metrics(best_step)["dev_f1"]) if best_step is not None else -1.0
+  patience = EarlyStop(config.get("early_stop_patience", 0), ts.train_it.steps_per_epoch, best_step)
   bar = None
   if run.is_main and config.progress_bar and reporting.is_tty():
     from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
@@ -343,9 +319,10 @@ def train_loop(run: Run, ts: TrainState, splits, evaluator: Evaluator, writer, h
   def save(step):
     ckpt_lib.save(mngr, step, state=state, data_state=ts.train_it.get_state(), config_json=run.config_json)
 
-  preempted = False
+  preempted = stopped_early = False
+  first = ts.total_steps if patience.exhausted(ts.start_step) else ts.start_step  # a resumed run that had stopped
   with Preemption() as preemption:
-    for step in range(ts.start_step, ts.total_steps):
+    for step in range(first, ts.total_steps):
       batch = next(ts.train_it)
       steps.count(batch)
       state, metrics = step_fn(state, shd.global_batch(model_batch(batch), mesh))
@@ -358,8 +335,13 @@ def train_loop(run: Run, ts: TrainState, splits, evaluator: Evaluator, writer, h
           t_eval = time.time()
           steps.last_dev = evaluate_dev(run, ts, evaluator, writer, splits["dev"], state["params"], done,
                                         best_f1)
-          best_f1 = max(best_f1, steps.last_dev)
+          if steps.last_dev > best_f1:
+            best_f1, patience.best_step = steps.last_dev, done
           steps.pause(time.time() - t_eval)
+          if patience.exhausted(done) and not last:
+            log.info("Early stop at step %d (epoch %.2f): dev F1 has not improved for %s epochs since step %d",
+                     done, done / ts.train_it.steps_per_epoch, patience.epochs, patience.best_step)
+            last = stopped_early = True
         writer.sync()
       if done % config.checkpoint_every_steps == 0 or last:
         check_finite(done, metrics, mngr)
@@ -367,6 +349,8 @@ def train_loop(run: Run, ts: TrainState, splits, evaluator: Evaluator, writer, h
         if hooks.after_checkpoint is not None:
           mngr.wait_until_finished()
           hooks.after_checkpoint(done)
+      if stopped_early:
+        break
       if preemption.should_stop(done, steps.log_every):
         check_finite(done, metrics, mngr)
         if mngr.latest_step() != done:
@@ -381,8 +365,10 @@ def train_loop(run: Run, ts: TrainState, splits, evaluator: Evaluator, writer, h
   mngr.wait_until_finished()
   ts.best_mngr.wait_until_finished()
   ts.state = state
-  return {"steps": int(jax.device_get(state["step"])), "preempted": preempted,
-          "train_tokens_per_s": steps.tokens_per_s}
+  done_steps = int(jax.device_get(state["step"]))
+  return {"steps": done_steps, "epochs": done_steps / ts.train_it.steps_per_epoch, "preempted": preempted,
+          "stopped_early": stopped_early or first != ts.start_step, "train_tokens_per_s": steps.tokens_per_s,
+          "span_overflow": ts.train_it.span_overflow}
 
 
 def final_evaluation(run: Run, ts: TrainState, splits, evaluator: Evaluator, writer, steps: int) -> dict:
@@ -403,6 +389,20 @@ def final_evaluation(run: Run, ts: TrainState, splits, evaluator: Evaluator, wri
       log.info("final %s (best checkpoint): P %.4f R %.4f F1 %.4f", split, result["precision"], result["recall"],
                result["f1"])
   return out
+
+
+def dev_history(run: Run, steps_per_epoch: int) -> list[dict]:
+  """Dev F1 by evaluation step, over every attempt of this run (metrics.jsonl; the last value of a step wins)."""
+  if run.mirror is None:
+    return []
+  path = os.path.join(run.mirror.local, "metrics.jsonl")
+  by_step = {}
+  with open(path) as f:
+    for line in f:
+      m = json.loads(line)
+      if m.get("split") == "dev":
+        by_step[m["step"]] = {"step": m["step"], "epoch": m["step"] / steps_per_epoch, "f1": m["f1"]}
+  return [by_step[k] for k in sorted(by_step)]
 
 
 def write_results(run: Run, summary: dict) -> None:
@@ -442,9 +442,12 @@ def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> d
     # State.
     ts = build_state(run, splits, tokenizer, types)
     summary["parameters"] = ts.n_params
+    summary["head_kind"] = "tagger" if tag_scheme(config) else "span"
+    summary["length_buckets"] = [label for label, *_ in LENGTH_BUCKETS]
     evaluator = Evaluator(ts.setup, batch_size=config.eval_batch_size, progress=run.is_main)
     # Loop.
     summary.update(train_loop(run, ts, splits, evaluator, writer, hooks))
+    summary["dev_history"] = dev_history(run, ts.train_it.steps_per_epoch)
     summary["train_minutes"] = (time.time() - run.t_start) / 60
     # Final evaluation.
     if summary["preempted"]:

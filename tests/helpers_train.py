@@ -235,24 +235,18 @@ def run_train_steps(config, tokenizer, types, batches, mesh):
 
   Returns (initial params, state after the first step, final state, losses); the first two as numpy.
   """
-  import functools
-
   import jax
 
   from gp_jax import sharding as shd
   from gp_jax import state as state_lib
-  from gp_jax import train
   from gp_jax.optim import make_optimizer
+  from gp_jax.steps import make_train_step
 
   setup, params = state_lib.init_model(config, tokenizer, types, mesh)
   init_params = jax.tree.map(np.asarray, params)
   tx, _ = make_optimizer(config.optimizer, 100, params)
   state = state_lib.init_train_state(setup, params, tx, seed=config.seed)
-  state_shard = state_lib.state_shardings(setup, tx)
-  step_fn = jax.jit(
-      functools.partial(train.train_step, graphdef=setup.graphdef, rest=setup.rest, tx=tx,
-                        loss_kind=config.loss.kind, block_size=setup.block_size),
-      in_shardings=(state_shard, None), out_shardings=(state_shard, shd.replicated(mesh)), donate_argnums=0)
+  step_fn = make_train_step(setup, tx, loss_kind=config.loss.kind)
   losses, after_first = [], None
   for batch in batches:
     state, metrics = step_fn(state, shd.global_batch(batch, mesh))

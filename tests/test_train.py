@@ -122,3 +122,21 @@ def test_tagger_baselines_train_end_to_end(tmp_path, head, steps):
   assert dev["recall"] <= 1 - summary["unrepresentable"]["dev"] / dev["gold"] / 2
   if head == "crf":
     assert dev["precision"] >= 0.9 and dev["f1"] >= 0.6, dev
+
+
+def test_early_stop_on_dev_plateau_and_resume_stays_stopped(tmp_path):
+  # lr 0: dev F1 never changes after the first evaluation, so patience 2 stops at epoch 3 of 6.
+  config = ht.tiny_config(num_epochs=6.0, early_stop_patience=2, eval_every_steps=0,
+                          **{"optimizer.lr": 0.0, "optimizer.head_lr": 0.0})
+  workdir = str(tmp_path / "w")
+  summary = train.train_and_evaluate(config, workdir)
+  per_epoch = summary["dev_history"][0]["step"]
+  assert [h["epoch"] for h in summary["dev_history"]] == [1.0, 2.0, 3.0]
+  assert summary["status"] == "finished" and summary["stopped_early"]
+  assert summary["steps"] == 3 * per_epoch and summary["epochs"] == pytest.approx(3.0)
+  assert [h["step"] for h in summary["dev_history"]] == [per_epoch, 2 * per_epoch, 3 * per_epoch]
+  assert summary["best_step"] == per_epoch
+  assert summary["head_kind"] == "span" and summary["length_buckets"][-1] == "9+"
+  again = train.train_and_evaluate(config, workdir)  # resumes at the stop and trains no further
+  assert again["steps"] == 3 * per_epoch and again["stopped_early"]
+  assert [h["step"] for h in again["dev_history"]] == [per_epoch, 2 * per_epoch, 3 * per_epoch]
