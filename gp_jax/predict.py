@@ -16,10 +16,10 @@ import sys
 from absl import app, flags
 
 from gp_jax import checkpoint as ckpt_lib
+from gp_jax import factory
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax import workdir as wd
-from gp_jax.data import windows
 from gp_jax.evaluate import Evaluator
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir, local or gs:// (config.json, types.json, "
@@ -47,10 +47,7 @@ class Predictor:
 
   def predict(self, texts: list[str]) -> list[list[dict]]:
     records = [{"id": str(n), "text": t, "entities": []} for n, t in enumerate(texts)]
-    c = self.config.data
-    prepared = windows.prepare_split(records, self.tokenizer, types=self.types, max_len=c.max_len,
-                                     stride=c.stride or None, max_span_width=c.max_span_width or None,
-                                     name="predict")
+    prepared = factory.prepare_split(self.config, records, self.tokenizer, self.types, name="predict")
     merged = self.evaluator.predict(self.params, prepared)
     return [[{"start": int(e["start"]), "end": int(e["end"]), "type": e["type"],
               "text": text[int(e["start"]):int(e["end"])], "score": round(float(e["score"]), 4)} for e in ents]

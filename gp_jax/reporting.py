@@ -12,11 +12,13 @@ import os
 import sys
 import time
 
+import jax
 import numpy as np
 
 from gp_jax import storage
 
 log = logging.getLogger("gp_jax")
+train_log = logging.getLogger("gp_jax.train")
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -97,3 +99,58 @@ def progress(iterable, *, total: int, desc: str, enabled: bool = True, every_s: 
       last = now
   if total > 1:
     log.info("%s: %d/%d batches in %.1f s", desc, n, total, time.time() - t0)
+
+
+class StepLog:
+  """Train metrics every `log_every` steps, read one step late (the host never waits on the step just
+  dispatched); tokens/s count training time only (`pause` takes evaluation time out). `check(step, metrics)`
+  runs before each write (e.g. raises on a non-finite loss)."""
+
+  def __init__(self, ts, writer, log_every: int, bar, *, check=None):
+    self.ts, self.writer, self.log_every, self.bar, self.check = ts, writer, log_every, bar, check
+    self.tokens = self.examples = 0
+    self.run_tokens, self.run_seconds = 0, 0.0
+    self.t_log = time.time()
+    self.pending = self.logged = None
+    self.last_dev = None
+
+  def count(self, batch) -> None:
+    self.tokens += int(batch["attention_mask"].sum())
+    self.examples += int((batch["example_index"] >= 0).sum())
+
+  def dispatched(self, step: int, metrics) -> None:
+    if self.pending is not None and self.pending[0] % self.log_every == 0:
+      self.write(*self.pending)
+    self.pending = (step, metrics)
+    if self.bar is not None:
+      self.bar.update(1)
+
+  def pause(self, seconds: float) -> None:
+    self.t_log += seconds
+
+  def flush(self) -> None:
+    if self.pending is not None and self.pending[0] != self.logged:
+      self.write(*self.pending)
+
+  @property
+  def tokens_per_s(self):
+    return self.run_tokens / self.run_seconds if self.run_seconds else None
+
+  def write(self, step: int, metrics) -> None:
+    if self.check is not None:
+      self.check(step, metrics)
+    dt = max(time.time() - self.t_log, 1e-9)
+    n = jax.process_count()  # this process saw 1/n of the tokens
+    rates = {"tokens_per_s": self.tokens * n / dt, "examples_per_s": self.examples * n / dt}
+    self.run_tokens, self.run_seconds = self.run_tokens + self.tokens * n, self.run_seconds + dt
+    loss = float(metrics["loss"])
+    self.writer.write(step, "train", {"loss": loss, "grad_norm": float(metrics["grad_norm"]),
+                                      "lr": float(self.ts.lr_schedule(step)),
+                                      "epoch": step / self.ts.train_it.steps_per_epoch, **rates})
+    train_log.info("step %d train loss %.4f (%.0f tokens/s)", step, loss, rates["tokens_per_s"])
+    if self.bar is not None:
+      dev = f"{self.last_dev:.4f}" if self.last_dev is not None else "-"
+      self.bar.set_postfix(loss=f"{loss:.4f}", dev_f1=dev)
+    self.tokens = self.examples = 0
+    self.t_log = time.time()
+    self.logged = step

@@ -27,6 +27,7 @@ import ctypes.util
 import logging
 import os
 import platform
+import signal
 
 log = logging.getLogger(__name__)
 
@@ -104,3 +105,41 @@ def configure() -> dict:
   if _configured is None:
     _configured = {"malloc": configure_malloc(), "threefry": configure_threefry()}
   return _configured
+
+
+class Preemption:
+  """Turns SIGTERM into a flag the loop checks after each step.
+
+  With several processes, only the signalled ones see the flag; they agree every `every` steps
+  (a max over processes), so all of them save the same step and stop together.
+  """
+
+  def __init__(self):
+    self.requested = False
+    self._old = None
+
+  def should_stop(self, step: int, every: int) -> bool:
+    import jax  # pylint: disable=g-import-not-at-top
+
+    if jax.process_count() == 1:
+      return self.requested
+    if step % max(every, 1):
+      return False
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
+    return bool(np.max(multihost_utils.process_allgather(np.asarray(int(self.requested), np.int32))))
+
+  def __enter__(self):
+    def handler(signum, frame):
+      self.requested = True
+
+    try:
+      self._old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+      self._old = None
+    return self
+
+  def __exit__(self, *exc):
+    if self._old is not None:
+      signal.signal(signal.SIGTERM, self._old)

@@ -7,13 +7,21 @@ directly with their shardings (jit with out_shardings) or loaded from a pretrain
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from gp_jax import sharding as shd
-from gp_jax.models.ner import build_model, load_encoder_config
+from gp_jax import checkpoint as ckpt_lib
+from gp_jax import factory
+from gp_jax import workdir as wd
+from gp_jax.data import batching
+from gp_jax.optim import make_optimizer
+
+log = logging.getLogger("gp_jax.train")
 
 
 @dataclasses.dataclass
@@ -39,10 +47,10 @@ def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_con
   """Returns (Setup, params). `load_weights=False` skips pretrained weights (they will be restored)."""
   num_types = len(types)
   seed = int(config.seed)
-  encoder_config = encoder_config or load_encoder_config(config)
+  encoder_config = encoder_config or factory.encoder_config(config)
 
   def build(weights):
-    return build_model(config, tokenizer, num_types, seed=seed, load_weights=weights, encoder_config=encoder_config)
+    return factory.build_model(config, tokenizer, num_types, seed=seed, load_weights=weights, encoder_config=encoder_config)
 
   abstract_model = nnx.eval_shape(lambda: build(False))
   graphdef, abs_params, abs_rest = nnx.split(abstract_model, nnx.Param, ...)
@@ -100,3 +108,55 @@ def init_train_state(setup: Setup, params, tx, *, seed: int):
   rng = jax.random.key_data(jax.random.key(seed))
   state = {"params": params, "opt_state": opt_state, "step": jnp.zeros((), jnp.int32), "rng": rng}
   return jax.device_put(state, shardings)
+
+
+@dataclasses.dataclass
+class Training:
+  """What the training loop works on: the model setup, optimizer and train state, the data iterator, and the
+  resume / best checkpoint managers."""
+
+
+  setup: Setup
+  state: dict
+  tx: object
+  lr_schedule: object
+  train_it: batching.BatchIterator
+  start_step: int
+  total_steps: int
+  mngr: object
+  best_mngr: object
+  n_params: int
+
+
+def build_training(run, splits, tokenizer, types) -> Training:
+  """Model and optimizer state: resumed from workdir/ckpt, else init_from's parameters, else fresh."""
+  config = run.config
+  mngr = ckpt_lib.make_manager(run.workdir / "ckpt", keep=config.keep_checkpoints)
+  best_mngr = ckpt_lib.make_manager(run.workdir / "best", keep=1, best=True)
+  resuming = mngr.latest_step() is not None
+  setup, params = init_model(config, tokenizer, types, run.mesh, load_weights=not resuming,
+                                       encoder_config=wd.load_encoder_config(run.workdir) if resuming else None)
+  n_params = param_count(params)
+  log.info("Model: %s encoder + %s head, %d parameters, dtype %s", config.model.encoder, config.model.head, n_params,
+           config.model.dtype)
+  if run.is_main:
+    wd.save_run_files(run.workdir, config_json=run.config_json, types=types, tokenizer=tokenizer,
+                      encoder_config=setup.encoder_config)
+  train_it = batching.train_batches(splits["train"], batch_size=config.batch_size, buckets=config.data.buckets,
+                                    seed=config.seed, process_index=jax.process_index(),
+                                    process_count=jax.process_count(), tag_scheme=factory.tag_scheme(config))
+  total_steps = int(config.num_train_steps) or int(math.ceil(config.num_epochs * train_it.steps_per_epoch))
+  tx, lr_schedule = make_optimizer(config.optimizer, total_steps, params)
+  state = init_train_state(setup, params, tx, seed=config.seed)
+  start_step = 0
+  restored = ckpt_lib.restore(mngr, abstract_state(setup, tx)) if resuming else None
+  if restored is not None:
+    start_step, state, data_state = restored
+    train_it.set_state(data_state)
+    log.info("Resumed from %s at step %d", mngr.directory, start_step)
+  elif config.init_from:
+    src = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(config.init_from), keep=1)
+    src_step, src_params = ckpt_lib.restore_params(src, abstract_params(setup))
+    state = dict(state, params=src_params)
+    log.info("Initialised parameters from %s (step %d)", src.directory, src_step)
+  return Training(setup, state, tx, lr_schedule, train_it, int(start_step), total_steps, mngr, best_mngr, n_params)

@@ -257,11 +257,11 @@ def run_train_steps(config, tokenizer, types, batches, mesh):
 
 def train_batches(config, n: int):
   """(tokenizer, types, the first `n` model batches of the config's training data)."""
-  from gp_jax import train
+  from gp_jax import factory
   from gp_jax.data import batching
   from gp_jax.evaluate import model_batch
 
-  splits, tokenizer, types = train.prepare_data(config)
+  splits, tokenizer, types = factory.prepare_data(config)
   it = batching.train_batches(splits["train"], batch_size=config.batch_size, buckets=config.data.buckets,
                               seed=config.seed)
   return tokenizer, types, [model_batch(next(it)) for _ in range(n)]

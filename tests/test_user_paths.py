@@ -184,7 +184,7 @@ def test_bert_settings_come_from_the_config(tmp_path):
 
   from gp_jax.configs import base
   from gp_jax.data.tokenize import HFTokenizer
-  from gp_jax.models.ner import build_model
+  from gp_jax.factory import build_model
 
   c = base.get_config("encoder=bert")
   assert (c.optimizer.lr, c.optimizer.head_lr, c.optimizer.b2) == (5e-5, 1e-3, 0.999) and c.optimizer.warmup_steps > 0

@@ -10,8 +10,9 @@ import pytest
 from flax import nnx
 from safetensors.numpy import save_file
 
-from gp_jax.models import bert as bert_lib
-from gp_jax.models.bert import Bert, BertConfig, load_pretrained
+from gp_jax.models import pretrained as pretrained_lib
+from gp_jax.models.bert import Bert, BertConfig
+from gp_jax.models.pretrained import load_pretrained
 
 TINY = BertConfig(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48,
                   max_position_embeddings=64, type_vocab_size=2, hidden_dropout=0.0, attention_dropout=0.0)
@@ -305,9 +306,9 @@ def test_load_prefixed_names_maps_every_weight_and_logs_extras(tmp_path, caplog)
   weights["cls.predictions.bias"] = np.zeros((97,), np.float32)
   weights["bert.embeddings.position_ids"] = np.arange(64, dtype=np.int64)[None]
   _write_checkpoint(tmp_path, _hf_config_dict(TINY), weights)
-  with caplog.at_level(logging.INFO, logger=bert_lib.__name__):
+  with caplog.at_level(logging.INFO, logger=pretrained_lib.__name__):
     model = load_pretrained(tmp_path)
-  lines = [r.getMessage() for r in caplog.records if r.name == bert_lib.__name__]
+  lines = [r.getMessage() for r in caplog.records if r.name == pretrained_lib.__name__]
   assert len(lines) == 1 and "pooler.dense.weight" in lines[0] and "cls.predictions.bias" in lines[0]
   assert "position_ids" not in lines[0]
   # Values land where transformers puts them (Linear weights transposed into kernels).
@@ -375,7 +376,7 @@ def test_hub_name_fails_fast_without_network(monkeypatch, offline):
   else:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    if bert_lib._hub_reachable(constants.ENDPOINT, timeout=3.0):
+    if pretrained_lib._hub_reachable(constants.ENDPOINT, timeout=3.0):
       pytest.skip("the hub is reachable from here; this checks the unreachable path")
   with pytest.raises(FileNotFoundError, match="not a local directory") as err:
     load_pretrained("gp-jax-tests/no-such-model-xyz")

@@ -1,0 +1,140 @@
+"""Everything built from a training config: the tokenizer, the model, the prepared data splits.
+
+The one place that reads the ConfigDict for these; `models/` and `data/` take small typed arguments.
+Used by training, predict and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import jax.numpy as jnp
+from flax import nnx
+
+from gp_jax import workdir as wd
+from gp_jax.data import windows
+from gp_jax.data.sources import load_records
+from gp_jax.models.heads import HEADS
+from gp_jax.models.ner import NerModel
+from gp_jax.models.taggers import TAGGERS
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def build_tokenizer(config, train_texts):
+  """Builds the tokenizer from the training texts (scratch) or opens the pretrained one (bert)."""
+  if config.model.encoder == "scratch":
+    from gp_jax.data.char_tokenizer import CharTokenizer  # pylint: disable=g-import-not-at-top
+
+    return CharTokenizer.build(
+        train_texts,
+        min_freq=config.tokenizer.min_freq,
+        bigram_min_freq=config.tokenizer.bigram_min_freq,
+        max_bigrams=config.tokenizer.max_bigrams or None,
+        lowercase=config.tokenizer.lowercase,
+    )
+  if config.model.encoder == "bert":
+    from gp_jax.data.tokenize import HFTokenizer  # pylint: disable=g-import-not-at-top
+    from gp_jax.models import pretrained  # pylint: disable=g-import-not-at-top
+
+    return HFTokenizer(pretrained.resolve(config.model.pretrained))
+  raise ValueError(f"model.encoder must be 'scratch' or 'bert', got {config.model.encoder!r}")
+
+
+def encoder_config(config) -> dict | None:
+  """bert: the HF config.json dict of `model.pretrained`; None for the scratch encoder."""
+  if config.model.encoder != "bert":
+    return None
+  from gp_jax.models import pretrained  # pylint: disable=g-import-not-at-top
+
+  return pretrained.encoder_config(config.model.pretrained)
+
+
+def scratch_config(config, tokenizer):
+  from gp_jax.models.scratch import ScratchConfig  # pylint: disable=g-import-not-at-top
+
+  m = config.model
+  return ScratchConfig(
+      vocab_size=tokenizer.vocab_size,
+      bigram_vocab_size=tokenizer.bigram_vocab_size if m.bigram_dim else 0,
+      embed_dim=m.embed_dim,
+      bigram_dim=m.bigram_dim or 128,
+      hidden_size=m.hidden_size,
+      num_layers=m.num_layers,
+      block=m.block,
+      kernel_size=m.kernel_size,
+      dilations=tuple(m.dilations),
+      conv_impl=m.get("conv_impl", "unfold"),
+      num_attn_layers=m.num_attn_layers,
+      dropout=m.dropout,
+      embed_dropout=m.embed_dropout,
+  )
+
+
+def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weights: bool = True,
+                encoder_config: dict | None = None) -> NerModel:
+  """Builds the NER model. With `load_weights=False` a bert encoder is built from `encoder_config` (the HF
+  config.json dict; default: read from `model.pretrained`) without reading weights."""
+  dtype = DTYPES[config.model.dtype]
+  rngs = nnx.Rngs(params=seed, dropout=seed + 1)
+  m = config.model
+  if m.encoder == "scratch":
+    from gp_jax.models.scratch import ScratchEncoder  # pylint: disable=g-import-not-at-top
+
+    encoder = ScratchEncoder(scratch_config(config, tokenizer), dtype=dtype, rngs=rngs)
+  elif m.encoder == "bert":
+    from gp_jax.models import bert, pretrained  # pylint: disable=g-import-not-at-top
+
+    dropout = {"hidden_dropout": float(m.dropout), "attention_dropout": float(m.dropout)}
+    if load_weights:
+      encoder = pretrained.load_pretrained(pretrained.resolve(m.pretrained), dtype=dtype, overrides=dropout)
+    else:
+      hf = encoder_config or pretrained.encoder_config(m.pretrained)
+      bcfg = dataclasses.replace(bert.BertConfig.from_hf_dict(hf), **dropout)
+      encoder = bert.Bert(bcfg, dtype=dtype, rngs=rngs)
+  else:
+    raise ValueError(f"model.encoder must be 'scratch' or 'bert', got {m.encoder!r}")
+  if m.head in TAGGERS:
+    head = TAGGERS[m.head](encoder.hidden_size, num_types, scheme=m.tag_scheme, dtype=dtype, rngs=rngs)
+  elif m.head in HEADS:
+    head = HEADS[m.head](encoder.hidden_size, num_types, head_size=m.head_size, use_rope=m.use_rope,
+                         max_span_width=config.data.max_span_width or None, dtype=dtype, rngs=rngs)
+  else:
+    raise ValueError(f"model.head must be one of {sorted(HEADS) + sorted(TAGGERS)}, got {m.head!r}")
+  return NerModel(encoder, head, tokenizer.feature_names)
+
+
+def tag_scheme(config) -> str | None:
+  """The tag scheme when the head is a tagger baseline, else None."""
+  return config.model.tag_scheme if config.model.head in TAGGERS else None
+
+
+def split_options(config) -> dict:
+  """The `windows.prepare_split` arguments a config sets (window length, stride, span width)."""
+  c = config.data
+  return dict(max_len=c.max_len, stride=c.stride or None, max_span_width=c.max_span_width or None)
+
+
+def prepare_split(config, records, tokenizer, types, *, name: str):
+  return windows.prepare_split(records, tokenizer, types=types, name=name, **split_options(config))
+
+
+def prepare_data(config, workdir=None):
+  """(splits {train, dev?, test?} of PreparedSplit, tokenizer, types). The tokenizer saved in `workdir`
+  wins over a new one, so a resumed run reads text exactly as before."""
+  train_recs, dev_recs, test_recs, types = load_records(config.data, seed=config.seed)
+  if workdir is not None and wd.has_tokenizer(workdir):
+    tokenizer = wd.load_tokenizer(workdir)
+  else:
+    tokenizer = build_tokenizer(config, [r["text"] for r in train_recs])
+  splits = {"train": prepare_split(config, train_recs, tokenizer, types, name="train")}
+  if dev_recs:
+    splits["dev"] = prepare_split(config, dev_recs, tokenizer, types, name="dev")
+  if test_recs and any(r["entities"] for r in test_recs):
+    splits["test"] = prepare_split(config, test_recs, tokenizer, types, name="test")
+  elif test_recs:
+    log.info("Test split has no labels: skipping test evaluation")
+  return splits, tokenizer, types
