@@ -1,4 +1,5 @@
-"""Test setup: 8 fake CPU devices so sharding code runs on one machine."""
+"""Test setup: 8 fake CPU devices so sharding code runs on one machine; tests under tests/e2e/ get the `e2e`
+marker (unit tests alone: `pytest -m "not e2e"`)."""
 
 import os
 
@@ -25,3 +26,12 @@ def shared_data():
   if path is None:
     pytest.skip("real corpora not found: set GP_JAX_SHARED_DATA or place shared/data beside the repo")
   return path
+
+
+E2E_DIR = pathlib.Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_collection_modifyitems(config, items):
+  for item in items:
+    if E2E_DIR in pathlib.Path(str(item.path)).parents:
+      item.add_marker(pytest.mark.e2e)

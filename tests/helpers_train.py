@@ -1,6 +1,6 @@
 """Shared helpers for the training tests: tiny configs, subprocess runs, checkpoint reading, one trained workdir.
 
-Also a worker for tests/test_multihost.py: `python -m tests.helpers_train worker ...` runs
+Also a worker for tests/e2e/test_multihost.py: `python -m tests.helpers_train worker ...` runs
 `train.train_and_evaluate` as one process of a `jax.distributed` job.
 """
 

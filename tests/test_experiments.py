@@ -45,6 +45,7 @@ def test_quick_config_keeps_the_dataset_and_shrinks(name, arg, dataset):
     assert all(k.startswith("config.") for k in point)
 
 
+@pytest.mark.e2e
 def test_a_quick_run_goes_end_to_end(tmp_path):
   """`quick` is a real run of the experiment's pipeline: train, dev evaluation, best checkpoint, test."""
   from gp_jax import train

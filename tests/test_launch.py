@@ -176,6 +176,7 @@ def _status(workdir):
     return json.load(f)
 
 
+@pytest.mark.e2e
 def test_local_sweep_sigterm_then_rerun_resumes_and_skips(tmp_path):
   env = ht.subprocess_env(devices=1)
   root = str(tmp_path / "sweep")
@@ -274,6 +275,7 @@ def test_queue_script_quotes_and_lists_every_point_once(tmp_path):
   assert "PY=python3" in script and "nohup" not in script.split("run_point()")[1]
 
 
+@pytest.mark.e2e
 def test_queue_script_runs_points_skipping_finished(tmp_path):
   """Runs the generated script with bash and a fake Python: finished points skipped, the rest run once each."""
   os.makedirs(tmp_path / "experiments")
