@@ -49,7 +49,7 @@ class Evaluator:
     s = self.setup
     batches = batching.eval_batches(prepared, batch_size=self.batch_size, buckets=s.config.data.buckets,
                                     process_index=jax.process_index(), process_count=jax.process_count())
-    cols = {"window": [], "start": [], "end": [], "type": [], "score": []}
+    hits = []
     size = max(64, self.batch_size * 32)
     for batch in reporting.progress(batches, total=len(batches), desc=desc, enabled=self.progress):
       gb = shd.global_batch(model_batch(batch), s.mesh)
@@ -60,12 +60,10 @@ class Evaluator:
         log.info("%s: %d hits in one batch, growing the hit buffer to %d", desc, count, size)
         count, coords, scores = self._fn(size)(params, gb)
         count = int(count)
-      coords, scores = np.asarray(coords)[:count], np.asarray(scores)[:count]
-      for n, key in enumerate(("window", "start", "end", "type")):
-        cols[key].append(coords[:, n])
-      cols["score"].append(scores)
-    return {k: (np.concatenate(v) if v else np.zeros((0,), np.float32 if k == "score" else np.int32))
-            for k, v in cols.items()}
+      coords = np.asarray(coords)[:count]
+      hits.append({"window": coords[:, 0], "start": coords[:, 1], "end": coords[:, 2], "type": coords[:, 3],
+                   "score": np.asarray(scores)[:count]})
+    return merge.concat_hits(hits)
 
   def predict(self, params, prepared, *, desc: str = "predict"):
     """Per record, entity dicts {"start", "end", "type", "score"} (char offsets)."""

@@ -98,13 +98,6 @@ class PreparedSplit:
     """int32 [n, 2] char offsets of record r's content tokens."""
     return self.offsets_T2[self.token_ptr[r]:self.token_ptr[r + 1]]
 
-  def window_token_features(self, w: int) -> dict[str, np.ndarray]:
-    a, b = self.window_ptr[w], self.window_ptr[w + 1]
-    return {k: v[a:b] for k, v in self.window_features.items()}
-
-  def window_positions(self, w: int) -> np.ndarray:
-    return (self.window_start[w] + np.arange(self.window_len[w])).astype(np.int32)
-
   def window_spans(self, w: int) -> np.ndarray:
     """int32 [k, 3] (start, end inclusive, type id) targets in window-token coordinates."""
     return self.spans_S3[self.span_ptr[w]:self.span_ptr[w + 1]]

@@ -3,7 +3,7 @@ the 2-D matmul the models' Linear layers use."""
 
 from gp_jax.ops.blockwise import blockwise_decode_hits, blockwise_zlpr_loss
 from gp_jax.ops.crf import crf_log_partition, crf_sequence_score, viterbi_decode
-from gp_jax.ops.decode import decode_hits, decode_spans, gather_hits
+from gp_jax.ops.decode import decode_hits, gather_hits
 from gp_jax.ops.linear import flat_dot_general
 from gp_jax.ops.losses import sparse_zlpr_loss, zlpr_loss
 from gp_jax.ops.rope import apply_rope
@@ -17,7 +17,6 @@ __all__ = [
     "masked_fill_value",
     "zlpr_loss",
     "sparse_zlpr_loss",
-    "decode_spans",
     "decode_hits",
     "gather_hits",
     "blockwise_zlpr_loss",

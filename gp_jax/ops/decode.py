@@ -59,22 +59,4 @@ def decode_hits(logits, *, mask, threshold: float = 0.0, initial_size: int | Non
   return np.asarray(coords[:count]), np.asarray(scores[:count], dtype=np.float32)
 
 
-def decode_spans(logits, *, mask, threshold: float = 0.0, return_scores: bool = False):
-  """Per example, the sorted list of `(start, end, type_id)` spans (end inclusive) with score > threshold.
-
-  Args:
-    logits: `[B, H, L, L]` span scores.
-    mask: bool, broadcastable to logits (`span_mask(...)`).
-    threshold: decision threshold (ZLPR's is 0).
-    return_scores: if True, tuples are `(start, end, type_id, score)`.
-  """
-  coords, scores = decode_hits(logits, mask=mask, threshold=threshold)
-  out: list[list[tuple]] = [[] for _ in range(logits.shape[0])]
-  order = np.lexsort((coords[:, 1], coords[:, 3], coords[:, 2], coords[:, 0])) if len(coords) else []
-  for n in order:
-    b, h, i, j = (int(v) for v in coords[n])
-    out[b].append((i, j, h, float(scores[n])) if return_scores else (i, j, h))
-  return out
-
-
-__all__ = ["decode_spans", "decode_hits", "gather_hits"]
+__all__ = ["decode_hits", "gather_hits"]

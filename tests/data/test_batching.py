@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from gp_jax.data import batching, merge, windows
-from tests.data.fakes import TYPES, CharTok, random_records
+from tests.data.fakes import (TYPES, CharTok, batch_hits, random_records, window_positions,
+                              window_token_features)
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +45,12 @@ def decode_batch(batch, p):
     n, n_c = int(p.window_len[w]), int(p.window_content_len[w])
     assert batch["example_index"][row] == p.window_record[w]
     assert batch["window_start"][row] == p.window_start[w]
-    for k, v in p.window_token_features(w).items():
+    for k, v in window_token_features(p, w).items():
       np.testing.assert_array_equal(batch["features"][k][row, :n], v)
       assert (batch["features"][k][row, n:] == p.pad_values[k]).all()
     assert batch["attention_mask"][row].tolist() == [1] * n + [0] * (L - n)
     assert batch["span_mask"][row].tolist() == [0] + [1] * n_c + [0] * (L - n_c - 1)
-    np.testing.assert_array_equal(batch["positions"][row, :n], p.window_positions(w))
+    np.testing.assert_array_equal(batch["positions"][row, :n], window_positions(p, w))
     ids = batch["span_ids"][row]
     got = {(int(x) // L, int(x) % L, h) for h in range(len(TYPES)) for x in ids[h] if x >= 0}
     assert got == {tuple(s) for s in p.window_spans(w).tolist()}
@@ -161,7 +162,7 @@ def test_gold_through_batches_round_trips_to_gold_spans(prepared):
     b, h, k = np.nonzero(batch["span_ids"] >= 0)
     ids = batch["span_ids"][b, h, k]
     coords = np.stack([b, h, ids // L, ids % L], 1)
-    hits.append(merge.batch_hits(batch["window_index"], coords, np.ones(len(b))))
+    hits.append(batch_hits(batch["window_index"], coords, np.ones(len(b))))
   pred = merge.prediction_spans(merge.merge_predictions(prepared, merge.concat_hits(hits)))
   ok = prepared.entity_status == windows.OK
   want = {(int(r), int(a), int(e), TYPES[t]) for r, (a, e), t in

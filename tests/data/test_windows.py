@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from gp_jax.data import batching, merge, windows
 from gp_jax.data.types import Tokenizer
-from tests.data.fakes import TYPES, CharTok, EchoTok, WordTok, ZeroWidthTok, random_records, ref_windows
+from tests.data.fakes import TYPES, CharTok, EchoTok, window_positions, window_token_features, WordTok, ZeroWidthTok, random_records, ref_windows
 from tests.data.reference_align import char_to_token_spans
 
 
@@ -93,9 +93,9 @@ def test_windows_then_merge_recover_the_whole_text(case):
     enc = tok.encode(records[r]["text"])
     content = {k: v[ws:ws + n_c] for k, v in enc.features.items()}
     full = tok.add_special_tokens(content)
-    for k, v in p.window_token_features(w).items():
+    for k, v in window_token_features(p, w).items():
       np.testing.assert_array_equal(v, full[k])
-    np.testing.assert_array_equal(p.window_positions(w)[P:P + n_c], np.arange(ws, ws + n_c) + P)
+    np.testing.assert_array_equal(window_positions(p, w)[P:P + n_c], np.arange(ws, ws + n_c) + P)
 
 
 def test_every_entity_is_in_a_window_or_counted():
@@ -176,7 +176,7 @@ def test_char_tokenizer_encode_batch_path(monkeypatch):
   for w in (0, p.num_windows // 2, p.num_windows - 1):
     r, ws, n = int(p.window_record[w]), int(p.window_start[w]), int(p.window_content_len[w])
     enc = tok.encode(records[r]["text"])
-    for k, v in p.window_token_features(w).items():
+    for k, v in window_token_features(p, w).items():
       np.testing.assert_array_equal(v, enc.features[k][ws:ws + n])
   ref = windows.prepare_split(records, CharTok(False), types=TYPES, max_len=16, stride=5)
   np.testing.assert_array_equal(p.spans_S3, ref.spans_S3)

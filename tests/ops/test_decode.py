@@ -2,7 +2,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gp_jax.ops import decode_spans, span_mask
+from gp_jax.ops import decode_hits, span_mask
+
+
+def decode_spans(logits, *, mask, threshold: float = 0.0, return_scores: bool = False):
+  """`decode_hits` as per-example lists (host side, for the tests): the sorted list of `(start, end, type_id)` spans (end inclusive) with score > threshold.
+
+  Args:
+    logits: `[B, H, L, L]` span scores.
+    mask: bool, broadcastable to logits (`span_mask(...)`).
+    threshold: decision threshold (ZLPR's is 0).
+    return_scores: if True, tuples are `(start, end, type_id, score)`.
+  """
+  coords, scores = decode_hits(logits, mask=mask, threshold=threshold)
+  out: list[list[tuple]] = [[] for _ in range(logits.shape[0])]
+  order = np.lexsort((coords[:, 1], coords[:, 3], coords[:, 2], coords[:, 0])) if len(coords) else []
+  for n in order:
+    b, h, i, j = (int(v) for v in coords[n])
+    out[b].append((i, j, h, float(scores[n])) if return_scores else (i, j, h))
+  return out
 
 
 def decode_reference(logits, mask, threshold):
