@@ -35,3 +35,12 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if E2E_DIR in pathlib.Path(str(item.path)).parents:
       item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def trained_workdir(tmp_path_factory) -> tuple[str, dict]:
+  """(workdir, summary) of the tiny synthetic model, trained once per test process."""
+  from tests import helpers_train  # pylint: disable=g-import-not-at-top
+
+  workdir = str(tmp_path_factory.mktemp("trained"))
+  return workdir, helpers_train.train_synthetic(workdir)

@@ -271,19 +271,14 @@ def train_batches(config, n: int):
 
 TRAINED_STEPS = 240
 TRAINED_OVERRIDES = {"eval_every_steps": 80, "checkpoint_every_steps": 80, "log_every_steps": 20, "optimizer.lr": 1e-2}
-_TRAINED: dict = {}
 
 
-def trained_workdir(tmp_path_factory) -> tuple[str, dict]:
-  """Trains the tiny synthetic model once per test session (in-process); returns (workdir, summary)."""
-  if "workdir" not in _TRAINED:
-    from gp_jax import train
+def train_synthetic(workdir: str) -> dict:
+  """Trains the tiny synthetic model in-process (TRAINED_STEPS steps); returns the summary. The session
+  fixture `trained_workdir` (tests/conftest.py) runs it once per test process."""
+  from gp_jax import train
 
-    workdir = str(tmp_path_factory.mktemp("trained"))
-    config = tiny_config(num_train_steps=TRAINED_STEPS, **TRAINED_OVERRIDES)
-    summary = train.train_and_evaluate(config, workdir)
-    _TRAINED.update(workdir=workdir, summary=summary)
-  return _TRAINED["workdir"], _TRAINED["summary"]
+  return train.train_and_evaluate(tiny_config(num_train_steps=TRAINED_STEPS, **TRAINED_OVERRIDES), workdir)
 
 
 # ----------------------------------------------------------------------------- multi-host worker

@@ -40,13 +40,8 @@ def _check(texts, results):
       assert text[e["start"]:e["end"]] == e["text"] and e["score"] > 0
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  return ht.trained_workdir(tmp_path_factory)
-
-
-def test_predictor_api(trained):
-  workdir, summary = trained
+def test_predictor_api(trained_workdir):
+  workdir, summary = trained_workdir
   p = predict.Predictor(workdir)
   assert p.step == summary["best_step"]  # the best checkpoint by dev F1
   assert p.config.data.max_len == 48 < len(LONG)
@@ -60,8 +55,8 @@ def test_predictor_api(trained):
   assert p.predict([""]) == [[]]
 
 
-def test_cli_stdin_to_json_lines(trained):
-  workdir, _ = trained
+def test_cli_stdin_to_json_lines(trained_workdir):
+  workdir, _ = trained_workdir
   texts = [t for t, _ in CASES]
   proc = subprocess.run([sys.executable, "-m", "gp_jax.predict", f"--workdir={workdir}", "--batch_size=4"],
                         input="".join(t + "\n" for t in texts), cwd=ht.REPO, env=ht.subprocess_env(devices=1),

@@ -33,13 +33,8 @@ def read_tb_scalars(path: str) -> dict[str, list[tuple[int, float]]]:
   return out
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  return ht.trained_workdir(tmp_path_factory)
-
-
-def test_learns_synthetic_task(trained):
-  workdir, summary = trained
+def test_learns_synthetic_task(trained_workdir):
+  workdir, summary = trained_workdir
   with open(os.path.join(workdir, "results.json")) as f:
     results = json.load(f)
   assert results["steps"] == summary["steps"] == ht.TRAINED_STEPS
