@@ -1,26 +1,22 @@
 """Forward throughput (tokens/s) of the Flax Bert encoder on MiniLM-L6 (all-MiniLM-L6-v2).
 
 Jitted eval-mode forward on random ids, full (unpadded) rows; compile and warm-up excluded.
-Prints one line, e.g.
-  bert_throughput model=MiniLM-L6 device=cpu B=32 L=128 f32=12345 tok/s bf16=6789 tok/s
+Prints the machine line (`benchmarks.common.machine_line`), then one line, e.g.
+  bert_throughput model=MiniLM-L6 device=cpu B=32 L=128 f32=12345 tok/s bf16=6789 tok/s; load 0.50..0.61, steal 0.0%
 
-  python benchmarks/bert_throughput.py [--batch 32 --seq 128 --dtypes f32,bf16 --iters 10]
+  python -m benchmarks.bert_throughput [--batch 32 --seq 128 --dtypes f32,bf16 --iters 10]
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from benchmarks import common
 from gp_jax.models.bert import load_pretrained
 from gp_jax.models.pretrained import minilm_l6_path
 
@@ -39,14 +35,10 @@ def measure(model_dir, *, dtype, batch: int, seq: int, iters: int, warmup: int, 
   rng = np.random.default_rng(seed)
   ids_BL = jnp.asarray(rng.integers(1000, model.config.vocab_size, size=(batch, seq)), jnp.int32)
   mask_BL = jnp.ones((batch, seq), jnp.int32)
+  fn = lambda: forward(state, ids_BL, mask_BL).block_until_ready()  # noqa: E731
   for _ in range(warmup):
-    forward(state, ids_BL, mask_BL).block_until_ready()
-  times = []
-  for _ in range(iters):
-    start = time.perf_counter()
-    forward(state, ids_BL, mask_BL).block_until_ready()
-    times.append(time.perf_counter() - start)
-  return batch * seq / float(np.median(times))
+    fn()
+  return batch * seq / common.median_seconds(fn, iters)
 
 
 def main(argv=None):
@@ -60,6 +52,8 @@ def main(argv=None):
   args = parser.parse_args(argv)
 
   model_dir = args.model_dir or minilm_l6_path()
+  print(common.machine_line("bert_throughput"))
+  watch = common.LoadWatch()
   results = []
   for name in args.dtypes.split(","):
     tps = measure(model_dir, dtype=DTYPES[name], batch=args.batch, seq=args.seq, iters=args.iters,
@@ -67,7 +61,7 @@ def main(argv=None):
     results.append(f"{name}={tps:.0f} tok/s")
   model_name = "MiniLM-L6" if args.model_dir is None else args.model_dir
   print(f"bert_throughput model={model_name} device={jax.devices()[0].platform} "
-        f"B={args.batch} L={args.seq} " + " ".join(results))
+        f"B={args.batch} L={args.seq} " + " ".join(results) + f"; {watch.readout()}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Per-corpus, per-split statistics: sizes, nesting, lengths, entities lost to truncation.
 
-  python benchmarks/corpus_stats.py                      # all corpora, all splits
-  python benchmarks/corpus_stats.py --corpora msra --max_lens 128 256 512 --json stats.json
+  python -m benchmarks.corpus_stats                      # all corpora, all splits
+  python -m benchmarks.corpus_stats --corpora msra --max_lens 128 256 512 --json stats.json
 
 Tokens are APPROXIMATED: one token per character for Chinese corpora, one per whitespace
 word for English/German. A sentence keeps its first (max_len - reserve) tokens (reserve=2
@@ -21,9 +21,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from gp_jax.data import corpora  # noqa: E402
+from gp_jax.data import corpora
 
 WORD = re.compile(r"\S+")
 

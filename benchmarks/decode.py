@@ -6,37 +6,30 @@ A GlobalPointer(D=384, d=64) head on random hidden states; the threshold is set 
   device gather:     `ops.decode_hits(logits, ...)` (threshold + `gather_hits` on device, hits to host)
   head dense:        jit(head.decode_hits(..., block_size=None)): head forward + gather, from hidden states
   head blockwise:    jit(head.decode_hits(..., block_size=bs)): tiles, never a [B, H, L, L] tensor
-The first two start from the same logits already on device; the last two include the head.
+The first two start from the same logits already on device; the last two include the head. The last column is
+the load average and CPU steal over the shape's run.
 
-  python benchmarks/decode.py [--shapes 8x512x10,4x2048x10,1x4096x10 --iters 5]
+  python -m benchmarks.decode [--shapes 8x512x10,4x2048x10,1x4096x10 --iters 5]
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from benchmarks import common
 from gp_jax import ops
 from gp_jax.models import GlobalPointer
 
 
 def median_time(fn, iters: int) -> tuple[float, object]:
-  out = fn()  # compile / warm up
-  times = []
-  for _ in range(iters):
-    start = time.perf_counter()
-    out = fn()
-    times.append(time.perf_counter() - start)
-  return float(np.median(times)), out
+  """(median seconds of `iters` calls after a compile / warm-up call, that call's output)."""
+  out = fn()
+  return common.median_seconds(fn, iters), out
 
 
 def host_decode(logits, mask_B1LL, threshold):
@@ -87,16 +80,19 @@ def main(argv=None):
   parser.add_argument("--iters", type=int, default=5, help="timed calls per method (median)")
   args = parser.parse_args(argv)
 
+  print(common.machine_line("decode"))
   print(f"GlobalPointer D={args.hidden} d={args.head_size}, ~{args.hits_per_example} hits/example, "
         f"device={jax.devices()[0].platform}; median seconds\n")
   print("| B x L x H | hits | host numpy (from logits) | device gather (from logits) | host/device "
-        "| head dense decode | head blockwise decode | dense/blockwise | same hits |")
-  print("|---|---|---|---|---|---|---|---|---|")
+        "| head dense decode | head blockwise decode | dense/blockwise | same hits | load, steal |")
+  print("|---|---|---|---|---|---|---|---|---|---|")
   for shape in args.shapes.split(","):
     B, L, H = (int(x) for x in shape.split("x"))
+    watch = common.LoadWatch()
     r = measure(B, L, H, args=args)
     print(f"| {B} x {L} x {H} | {r['hits']} | {r['host']:.4f} | {r['gather']:.4f} | {r['host'] / r['gather']:.1f}x "
-          f"| {r['dense']:.4f} | {r['block']:.4f} | {r['dense'] / r['block']:.1f}x | {'yes' if r['same'] else 'NO'} |",
+          f"| {r['dense']:.4f} | {r['block']:.4f} | {r['dense'] / r['block']:.1f}x | {'yes' if r['same'] else 'NO'} "
+          f"| {watch.readout()} |",
           flush=True)
 
 

@@ -8,25 +8,26 @@ reports its peak RSS (`ru_maxrss` in the child, which includes the Python + JAX 
   banded:    the same with `max_span_width=W` (only j - i < W; a different, narrower mask)
 Dense shapes whose estimated peak exceeds --max_dense_gib are skipped (marked in the table).
 Children call `gp_jax.runtime.configure()` as `gp_jax.main` does (`--no-runtime`: leave it out).
-`--rounds N` runs the modes of a shape N times in alternation (dense, blockwise, banded, dense, ...);
-times are medians over rounds and each ratio is the median of the per-round ratios, with min..max.
+`--rounds N` runs the modes of a shape N times in alternation (dense, blockwise, banded, dense, ...;
+`benchmarks.common.in_rounds`); times are medians over rounds and each ratio is the median of the per-round
+ratios, with min..max; the last column is the load average and CPU steal over the shape's rounds.
 
-  python benchmarks/head_scaling.py [--lengths 512,1024,2048,4096,8192 --types 10,50 --width 64]
-  python benchmarks/head_scaling.py --lengths 8192 --types 10 --rounds 3
+  python -m benchmarks.head_scaling [--lengths 512,1024,2048,4096,8192 --types 10,50 --width 64]
+  python -m benchmarks.head_scaling --lengths 8192 --types 10 --rounds 3
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout
 import argparse
+import itertools
 import json
+import os
 import resource
-import statistics
 import subprocess
+import sys
 import time
+
+from benchmarks import common
 
 MODES = ("dense", "blockwise", "banded")
 DENSE_BYTES_PER_CELL = 4 * 3.2  # float32 logits + ~2 more [B, H, L, L] buffers in the backward pass
@@ -63,62 +64,62 @@ def run_child(spec: dict) -> dict:
 
     return jax.value_and_grad(loss_fn)(params)
 
+  call = lambda: jax.block_until_ready(step(params, hidden_BLD, mask_BL, span_ids_BHK))  # noqa: E731
   start = time.perf_counter()
-  jax.block_until_ready(step(params, hidden_BLD, mask_BL, span_ids_BHK))
+  loss, _ = call()
   first = time.perf_counter() - start
-  times = []
-  for _ in range(spec["iters"] if first < 20 else 1):
-    start = time.perf_counter()
-    loss, _ = jax.block_until_ready(step(params, hidden_BLD, mask_BL, span_ids_BHK))
-    times.append(time.perf_counter() - start)
+  seconds = common.median_seconds(call, spec["iters"] if first < 20 else 1)
   rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-  return {"seconds": float(np.median(times)), "first_call_s": first, "rss_gib": rss_gib, "loss": float(loss)}
+  return {"seconds": seconds, "first_call_s": first, "rss_gib": rss_gib, "loss": float(loss)}
 
 
 def run_shape(spec: dict) -> dict:
-  proc = subprocess.run(
-      [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)], capture_output=True, text=True
-  )
+  proc = subprocess.run([sys.executable, "-m", "benchmarks.head_scaling", "--child", json.dumps(spec)],
+                        capture_output=True, text=True, cwd=common.ROOT)
   if proc.returncode:
     return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def fmt(r: dict | None, key: str, f: str) -> str:
-  if r is None:
+def fmt(rounds: list[dict] | None, key: str, f: str) -> str:
+  """Median over the rounds that ran (failed ones counted), or why none ran."""
+  if rounds is None:
     return "-"
-  if "skipped" in r:
-    return r["skipped"]
-  if "error" in r:
-    return "failed"
-  failed = f" ({r['failed_rounds']} round(s) failed)" if r.get("failed_rounds") else ""
-  return format(r[key], f) + failed
+  ran = [r[key] for r in rounds if key in r]
+  if not ran:
+    return rounds[0].get("skipped", "failed")
+  failed = len(rounds) - len(ran)
+  return format(common.Spread(ran).median, f) + (f" ({failed} round(s) failed)" if failed else "")
 
 
-def ratio(dense: dict | None, other: dict | None, key: str) -> str:
-  """Median over rounds where both ran of dense/other, with min..max."""
-  if not dense or not other or key not in dense or key not in other:
-    return "-"
-  a_rounds = dense.get(f"{key}_rounds", [dense[key]])
-  b_rounds = other.get(f"{key}_rounds", [other[key]])
-  per_round = [a / b for a, b in zip(a_rounds, b_rounds) if a is not None and b is not None]
-  if not per_round:
-    return "-"
-  text = f"{statistics.median(per_round):.1f}x"
-  return text + (f" [{min(per_round):.1f}..{max(per_round):.1f}]" if len(per_round) > 1 else "")
+def mode_runner(args, H: int, L: int, mode: str):
+  """A callable running one round of `mode` at (H, L) in a child (or skipping it); logs each round to stderr."""
+  rounds_done = itertools.count(1)
+
+  def run() -> dict:
+    est_gib = H * L * L * DENSE_BYTES_PER_CELL / 2**30
+    if mode == "dense" and est_gib > args.max_dense_gib:
+      r = {"skipped": f"skipped (~{est_gib:.0f} GiB)"}
+    else:
+      r = run_shape(dict(L=L, H=H, mode=mode, width=args.width, block_size=args.block_size, D=args.hidden,
+                         d=args.head_size, iters=args.iters, runtime=args.runtime))
+    print(f"# H={H} L={L} {mode} round {next(rounds_done)}, load {os.getloadavg()[0]:.2f}: {json.dumps(r)}",
+          file=sys.stderr, flush=True)
+    return r
+
+  return run
 
 
-def merge_rounds(rounds: list[dict]) -> dict:
-  """Per-round results of one shape and mode -> medians over the rounds that ran, per-round lists kept
-  (None for a failed round); the first failure if none ran."""
-  ran = ["error" not in r and "skipped" not in r for r in rounds]
-  if not any(ran):
-    return rounds[0]
-  out = dict(rounds[ran.index(True)], failed_rounds=ran.count(False))
-  for key in ("seconds", "rss_gib"):
-    out[f"{key}_rounds"] = [r[key] if ok else None for r, ok in zip(rounds, ran)]
-    out[key] = statistics.median([r[key] for r, ok in zip(rounds, ran) if ok])
-  return out
+def table_row(H: int, L: int, runs: dict[str, list[dict]], idle: str) -> str:
+  """Times, RSS, and per-round dense/other ratios (median [min..max]) of one shape."""
+  cells = [fmt(runs.get(m), "seconds", ".3f") for m in MODES] + [fmt(runs.get(m), "rss_gib", ".2f") for m in MODES]
+  for key, other in (("seconds", "blockwise"), ("seconds", "banded"), ("rss_gib", "blockwise")):
+    if "dense" in runs and other in runs:
+      rounds = common.Rounds({m: [r.get(key) for r in runs[m]] for m in ("dense", other)})
+      cells.append(rounds.ratio("dense", other).fmt(".1f"))
+    else:
+      cells.append("-")
+  return f"| {H} | {L} | " + " | ".join(cells) + f" | {idle} |"
 
 
 def main(argv=None):
@@ -147,34 +148,20 @@ def main(argv=None):
   results = {}
   for H in types:
     for L in lengths:
-      rounds = {mode: [] for mode in modes}
-      for k in range(args.rounds):
-        for mode in modes:
-          est_gib = H * L * L * DENSE_BYTES_PER_CELL / 2**30
-          if mode == "dense" and est_gib > args.max_dense_gib:
-            r = {"skipped": f"skipped (~{est_gib:.0f} GiB)"}
-          else:
-            spec = dict(L=L, H=H, mode=mode, width=args.width, block_size=args.block_size, D=args.hidden,
-                        d=args.head_size, iters=args.iters, runtime=args.runtime)
-            r = run_shape(spec)
-          rounds[mode].append(r)
-          print(f"# H={H} L={L} {mode} round {k + 1}, load {os.getloadavg()[0]:.2f}: {json.dumps(r)}",
-                file=sys.stderr, flush=True)
-      for mode in modes:
-        results[(H, L, mode)] = merge_rounds(rounds[mode])
+      watch = common.LoadWatch()
+      runs = common.in_rounds({m: mode_runner(args, H, L, m) for m in modes}, args.rounds, watch)
+      results[(H, L)] = runs, watch.readout()
 
+  print(common.machine_line("head_scaling"))
   print(f"GlobalPointer D={args.hidden} d={args.head_size} B=1, span loss forward+backward (jit), "
         f"block_size={args.block_size}, banded W={args.width}, runtime settings {'on' if args.runtime else 'off'}, "
         f"{args.rounds} round(s); seconds/step (median), peak RSS GiB\n")
   print("| H | L | dense s | blockwise s | banded s | dense GiB | blockwise GiB | banded GiB "
-        "| dense/blockwise time | dense/banded time | dense/blockwise RSS |")
-  print("|---|---|---|---|---|---|---|---|---|---|---|")
+        "| dense/blockwise time | dense/banded time | dense/blockwise RSS | load, steal |")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
   for H in types:
     for L in lengths:
-      d, b, w = (results.get((H, L, m)) for m in MODES)
-      print(f"| {H} | {L} | {fmt(d, 'seconds', '.3f')} | {fmt(b, 'seconds', '.3f')} | {fmt(w, 'seconds', '.3f')} "
-            f"| {fmt(d, 'rss_gib', '.2f')} | {fmt(b, 'rss_gib', '.2f')} | {fmt(w, 'rss_gib', '.2f')} "
-            f"| {ratio(d, b, 'seconds')} | {ratio(d, w, 'seconds')} | {ratio(d, b, 'rss_gib')} |")
+      print(table_row(H, L, *results[(H, L)]))
 
 
 if __name__ == "__main__":

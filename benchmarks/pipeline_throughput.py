@@ -1,22 +1,20 @@
 """Throughput of prepare_split, train_batches and merge_predictions on synthetic Chinese-like text (or MSRA).
 
-  python benchmarks/pipeline_throughput.py --records 50000 --max_len 256 --batch_size 32
-  python benchmarks/pipeline_throughput.py --tokenizer char        # gp_jax CharTokenizer (encode_batch)
-  python benchmarks/pipeline_throughput.py --corpus msra           # gp_jax.data.load_split(corpus, split)
+  python -m benchmarks.pipeline_throughput --records 50000 --max_len 256 --batch_size 32
+  python -m benchmarks.pipeline_throughput --tokenizer char        # gp_jax CharTokenizer (encode_batch)
+  python -m benchmarks.pipeline_throughput --corpus msra           # gp_jax.data.load_split(corpus, split)
 """
 
 from __future__ import annotations
 
 import argparse
-import pathlib
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from a checkout
-from gp_jax.data import batching, merge, windows  # noqa: E402
-from gp_jax.data.types import Encoding  # noqa: E402
+from benchmarks import common
+from gp_jax.data import batching, merge, windows
+from gp_jax.data.types import Encoding
 
 TYPES = ("PER", "LOC", "ORG")
 
@@ -65,21 +63,21 @@ def synthetic_records(n: int, seed: int) -> list[dict]:
   return out
 
 
-def main():
+def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--records", type=int, default=50000, help="synthetic sentences")
   ap.add_argument("--corpus", default=None, help="e.g. msra: use gp_jax.data.load_split(corpus, split)")
-  ap.add_argument("--split", default="train")
+  ap.add_argument("--split", default="train", help="split of --corpus")
   ap.add_argument("--tokenizer", choices=("fast", "char"), default="fast",
                   help="fast: per-char code points (this file); char: gp_jax CharTokenizer built on the texts")
-  ap.add_argument("--max_len", type=int, default=256)
-  ap.add_argument("--stride", type=int, default=None)
-  ap.add_argument("--batch_size", type=int, default=32)
+  ap.add_argument("--max_len", type=int, default=256, help="tokens per window, specials included")
+  ap.add_argument("--stride", type=int, default=None, help="window stride in tokens (default: half a window)")
+  ap.add_argument("--batch_size", type=int, default=32, help="rows per train batch")
   ap.add_argument("--buckets", default="32,64,128,256", help="comma-separated, max_len is added")
   ap.add_argument("--epochs", type=float, default=1.0, help="train batches to time, in epochs")
   ap.add_argument("--specials", action="store_true", help="add [CLS]/[SEP] (BERT-like)")
-  ap.add_argument("--seed", type=int, default=0)
-  args = ap.parse_args()
+  ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic records and batch order")
+  args = ap.parse_args(argv)
 
   if args.corpus:
     from gp_jax.data import load_split  # noqa: PLC0415 (optional: needs the corpus)
@@ -96,6 +94,8 @@ def main():
     tok = FastCharTokenizer(specials=args.specials)
   buckets = tuple(int(b) for b in args.buckets.split(",") if int(b) <= args.max_len)
 
+  print(common.machine_line("pipeline_throughput"))
+  watch = common.LoadWatch()
   t0 = time.perf_counter()
   prepared = windows.prepare_split(records, tok, types=types, max_len=args.max_len, stride=args.stride,
                                    name=source)
@@ -125,7 +125,7 @@ def main():
         f"= {s.records / t_prep:,.0f} records/s | train_batches {steps} steps {t_train:.2f}s = "
         f"{rows / t_train:,.0f} examples/s {tokens / t_train:,.0f} tokens/s | padding "
         f"{1 - tokens / max(cells, 1):.1%} (max_len={args.max_len}, B={args.batch_size}, buckets={buckets}) | "
-        f"merge_predictions {hits['window'].shape[0]} hits {t_merge:.2f}s")
+        f"merge_predictions {hits['window'].shape[0]} hits {t_merge:.2f}s | {watch.readout()}")
 
 
 if __name__ == "__main__":

@@ -2,79 +2,41 @@
 
 The model and step are the ones the README main job runs: the config of `experiments/msra_scratch.py`
 (char + bigram embeddings, hidden 128, 4 gated conv blocks, GlobalPointer d=64 with RoPE, sparse ZLPR,
-AdamW), built by `gp_jax.state.init_model`, trained by `gp_jax.train.train_step` jitted as `train_loop`
-jits it; the forward is the evaluation step (`gp_jax.evaluate.eval_step`: encoder, head, on-device hit
-gathering), jitted as `Evaluator` jits it. Batches are synthetic, in the pipeline's format, rows of random
+AdamW), built by `gp_jax.state.init_model`, trained by the step of `gp_jax.steps.make_train_step` (the one
+training jits); the forward is the evaluation step of `gp_jax.steps.make_eval_step` (encoder, head, on-device
+hit gathering), as `Evaluator` runs it. Batches are synthetic, in the pipeline's format, rows of random
 length in [seq/2, seq] (MSRA sentences vary); tokens/s counts real (non-padding) tokens, as the training
 log does.
 
 Prints one line per mode with tokens/s, ms per call, minor page faults and system CPU seconds per call
 (`getrusage`: the kernel time the main job spends in fresh-memory faults shows up here), and the 1-minute
-load average (the machine is shared: note it).
+load average and CPU steal over the timed calls (the machine is shared: note it).
 
-  python benchmarks/scratch_throughput.py                       # batch 32 x seq 64, the main job's model
-  python benchmarks/scratch_throughput.py --batch 256 --seq 128 --modes forward
-  python benchmarks/scratch_throughput.py --set hidden_size=192 --set num_layers=6
-  python benchmarks/scratch_throughput.py --no-runtime          # without gp_jax.runtime's process settings
+  python -m benchmarks.scratch_throughput                       # batch 32 x seq 64, the main job's model
+  python -m benchmarks.scratch_throughput --batch 256 --seq 128 --modes forward
+  python -m benchmarks.scratch_throughput --set hidden_size=192 --set num_layers=6
+  python -m benchmarks.scratch_throughput --no-runtime          # without gp_jax.runtime's process settings
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout
 import argparse
-import datetime
-import functools
 import resource
-import time
-import types as pytypes
 
 import jax
-import numpy as np
 
-from benchmarks.train_step import ProjectStep, load_average, synthetic_batch
-from gp_jax import evaluate
-from gp_jax import sharding as shd
-
-MSRA_TYPES = ("LOC", "ORG", "PER")
-
-
-def msra_config(overrides):
-  from experiments import msra_scratch  # pylint: disable=g-import-not-at-top
-
-  c = msra_scratch.get_config()
-  for item in overrides or ():
-    key, value = item.split("=", 1)
-    old = c.model[key]
-    c.model[key] = type(old)(value) if not isinstance(old, tuple) else tuple(int(v) for v in value.split(","))
-  return c
-
-
-def msra_inputs(vocab: int = 4734, bigram_vocab: int = 50002):
-  """(tokenizer stand-in, synthetic_batch feature ranges) with the main job's vocabulary sizes."""
-  tokenizer = pytypes.SimpleNamespace(vocab_size=vocab, bigram_vocab_size=bigram_vocab,
-                                      feature_names=("input_ids", "bigram_ids"),
-                                      pad_values={"input_ids": 0, "bigram_ids": 0})
-  return tokenizer, {"input_ids": (2, vocab, 0), "bigram_ids": (2, bigram_vocab, 0)}
-
-
-def usage():
-  r = resource.getrusage(resource.RUSAGE_SELF)
-  return time.perf_counter(), r.ru_minflt, r.ru_stime, r.ru_utime
+from benchmarks import common
+from benchmarks.inputs import MSRA_TYPES, ProjectStep, msra_config, msra_inputs, synthetic_batch
+from gp_jax import steps
 
 
 def measure(fn, n: int) -> dict:
-  """Per-call medians of wall time; per-call means of minor faults, system and user CPU seconds."""
-  walls = []
-  t0, f0, s0, u0 = usage()
-  for _ in range(n):
-    t = time.perf_counter()
-    fn()
-    walls.append(time.perf_counter() - t)
-  t1, f1, s1, u1 = usage()
-  return {"s": float(np.median(walls)), "faults": (f1 - f0) / n, "sys": (s1 - s0) / n, "user": (u1 - u0) / n}
+  """Per-call median of wall time; per-call means of minor faults, system and user CPU seconds."""
+  r0 = resource.getrusage(resource.RUSAGE_SELF)
+  s = common.median_seconds(fn, n)
+  r1 = resource.getrusage(resource.RUSAGE_SELF)
+  return {"s": s, "faults": (r1.ru_minflt - r0.ru_minflt) / n, "sys": (r1.ru_stime - r0.ru_stime) / n,
+          "user": (r1.ru_utime - r0.ru_utime) / n}
 
 
 def main(argv=None):
@@ -99,12 +61,11 @@ def main(argv=None):
   config.batch_size = args.batch
   tokenizer, feats = msra_inputs(args.vocab, args.bigram_vocab)
   H = len(MSRA_TYPES)
-  start_load = load_average()
+  start = common.LoadWatch()
   ours = ProjectStep(config, tokenizer, list(MSRA_TYPES))
   m = config.model
-  print(f"scratch_throughput {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC "
-        f"device={jax.devices()[0].platform} cores={os.cpu_count()} load_at_start={start_load:.2f} "
-        f"runtime={settings or 'off'}; model: scratch h{m.hidden_size} x{m.num_layers} "
+  print(common.machine_line("scratch_throughput"))
+  print(f"runtime={settings or 'off'}; model: scratch h{m.hidden_size} x{m.num_layers} "
         f"{m.block} + {m.head} head d={m.head_size}, {ours.n_params:,} params")
   for mode in args.modes.split(","):
     rows = args.batch if mode == "train" else args.eval_batch
@@ -115,24 +76,19 @@ def main(argv=None):
     if mode == "train":
       fn = lambda: ours.step(dbatch)  # noqa: E731
     elif mode == "forward":
-      s = ours.setup
-      step = jax.jit(functools.partial(evaluate.eval_step, graphdef=s.graphdef, rest=s.rest, size=rows * 32,
-                                       block_size=s.block_size, hit_sharding=shd.replicated(s.mesh)),
-                     out_shardings=shd.replicated(s.mesh))
+      step = steps.make_eval_step(ours.setup, size=rows * 32)
       fn = lambda: jax.block_until_ready(step(ours.state["params"], dbatch))  # noqa: E731
     else:
       raise SystemExit(f"unknown mode {mode!r}")
-    t = time.perf_counter()
-    fn()
-    compile_s = time.perf_counter() - t
+    compile_s = common.call_seconds(fn, 1)[0]
     for _ in range(3):
       fn()
-    load = load_average()
+    watch = common.LoadWatch()
     r = measure(fn, args.steps)
     print(f"{mode}: B={rows} L={args.seq} {real / r['s']:,.0f} real tok/s ({rows * args.seq / r['s']:,.0f} padded), "
           f"{r['s'] * 1e3:.1f} ms/call, {r['faults']:,.0f} minor faults/call, sys {r['sys'] * 1e3:.1f} ms/call, "
-          f"user {r['user'] * 1e3:.1f} ms/call, compile {compile_s:.1f} s; load {load:.2f}", flush=True)
-  print(f"load at end {load_average():.2f}; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+          f"user {r['user'] * 1e3:.1f} ms/call, compile {compile_s:.1f} s; {watch.readout()}", flush=True)
+  print(f"whole run: {start.readout()}; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
 
 
 if __name__ == "__main__":

@@ -1,33 +1,28 @@
 """A/B of the MSRA main job's train step: two builds of the same step in one process, timed in alternating pairs.
 
-Variants (the main job's model and step, `experiments/msra_scratch.py`, built by `benchmarks.train_step.ProjectStep`):
+Variants (the main job's model and step, `experiments/msra_scratch.py`, built by `benchmarks.inputs.ProjectStep`):
   threefry   JAX's rolled CPU threefry lowering (a while loop) vs the unrolled one `gp_jax.runtime` registers
   conv_impl  the scratch encoder's conv as "unfold" (k shifted copies + one matmul) vs "xla" (lax.conv)
   linear     Linear layers through `lax.dot_general` on `[B, L, K]` ("nested") vs `ops.flat_dot_general` ("flat")
 
 Each pair runs `--steps` steps of A, then of B, on the same synthetic batch (B32, rows of random length in
-[L/2, L]); the ratio A/B of the median step times is taken per pair; prints the median ratio over `--pairs`
-with its min..max, and both variants' last losses (equal when the variants compute the same bits).
+[L/2, L]); the ratio A/B of the median step times is taken per pair (`benchmarks.common.alternate`); prints
+the median ratio over `--pairs` with its min..max, both variants' last losses (equal when the variants compute
+the same bits), and the load average and CPU steal over the pairs.
 
-  python benchmarks/step_variants.py --variant threefry --lengths 32,64,96
-  python benchmarks/step_variants.py --variant conv_impl
-  python benchmarks/step_variants.py --variant linear
+  python -m benchmarks.step_variants --variant threefry --lengths 32,64,96
+  python -m benchmarks.step_variants --variant conv_impl
+  python -m benchmarks.step_variants --variant linear
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout
 import argparse
-import datetime
 
 import jax
-import numpy as np
 
-from benchmarks.scratch_throughput import MSRA_TYPES, measure, msra_config, msra_inputs
-from benchmarks.train_step import ProjectStep, load_average, synthetic_batch
+from benchmarks import common
+from benchmarks.inputs import MSRA_TYPES, ProjectStep, msra_config, msra_inputs, synthetic_batch
 from gp_jax import ops, runtime
 
 VARIANTS = {"threefry": ("rolled", "unrolled"), "conv_impl": ("unfold", "xla"), "linear": ("nested", "flat")}
@@ -35,7 +30,7 @@ VARIANTS = {"threefry": ("rolled", "unrolled"), "conv_impl": ("unfold", "xla"), 
 
 def build(variant: str, value: str, seq_lengths):
   """A ProjectStep of the main job's config with `variant` set to `value`, compiled for every length."""
-  config = msra_config(None)
+  config = msra_config()
   if variant == "threefry":
     if not runtime.set_threefry_lowering(value):
       raise SystemExit("this JAX has no threefry lowering to switch")
@@ -59,11 +54,6 @@ def build(variant: str, value: str, seq_lengths):
   return step, batches
 
 
-def timed(step, batch, n: int) -> float:
-  """Median seconds of `n` blocked steps."""
-  return measure(lambda: step.step(batch), n)["s"]
-
-
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--variant", choices=sorted(VARIANTS), default="threefry", help="what differs between A and B")
@@ -74,23 +64,22 @@ def main(argv=None):
   settings = runtime.configure()
   lengths = [int(x) for x in args.lengths.split(",")]
   a_name, b_name = VARIANTS[args.variant]
-  load = load_average()
-  print(f"step_variants {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC cores={os.cpu_count()} "
-        f"load_at_start={load:.2f} runtime={settings}; variant {args.variant}: A={a_name} B={b_name}", flush=True)
+  start = common.LoadWatch()
+  print(common.machine_line("step_variants"))
+  print(f"runtime={settings}; variant {args.variant}: A={a_name} B={b_name}", flush=True)
   a, a_batches = build(args.variant, a_name, lengths)
   b, b_batches = build(args.variant, b_name, lengths)
   runtime.configure_threefry()  # back to the process default for anything compiled later
   for L in lengths:
-    ta, tb = [], []
-    for _ in range(args.pairs):
-      ta.append(timed(a, a_batches[L], args.steps))
-      tb.append(timed(b, b_batches[L], args.steps))
-    ratio = np.asarray(ta) / np.asarray(tb)
+    rounds = common.alternate({a_name: lambda: a.step(a_batches[L]), b_name: lambda: b.step(b_batches[L])},
+                              rounds=args.pairs, calls=args.steps)
+    ms = {name: rounds.spread(name).median * 1e3 for name in (a_name, b_name)}
     la, lb = float(a.step(a_batches[L])["loss"]), float(b.step(b_batches[L])["loss"])
-    print(f"B32xL{L}: {a_name} {np.median(ta) * 1e3:.1f} ms, {b_name} {np.median(tb) * 1e3:.1f} ms per step; "
-          f"{a_name}/{b_name} median {np.median(ratio):.3f} [{ratio.min():.3f}..{ratio.max():.3f}] over "
-          f"{args.pairs} pairs; last losses {la:.7f} / {lb:.7f} ({'equal' if la == lb else 'differ'})", flush=True)
-  print(f"load at end {load_average():.2f}")
+    print(f"B32xL{L}: {a_name} {ms[a_name]:.1f} ms, {b_name} {ms[b_name]:.1f} ms per step; "
+          f"{a_name}/{b_name} median {rounds.ratio(a_name, b_name).fmt('.3f', '')} over {args.pairs} pairs; "
+          f"last losses {la:.7f} / {lb:.7f} ({'equal' if la == lb else 'differ'}); {rounds.watch.readout()}",
+          flush=True)
+  print(f"whole run: {start.readout()}")
 
 
 if __name__ == "__main__":

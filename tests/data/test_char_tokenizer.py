@@ -138,7 +138,7 @@ def test_load_rejects_other_kind(tmp_path):
 
 
 def test_encode_batch_at_scale():
-  """20k texts in one call (speed is measured in benchmarks/pipeline_throughput.py --tokenizer char)."""
+  """20k texts in one call (speed is measured by `python -m benchmarks.pipeline_throughput --tokenizer char`)."""
   rng = np.random.default_rng(0)
   alphabet = np.array(list("中国人民银行北京大学上海市政府公司，。的了在是有和"))
   texts = ["".join(row) for row in rng.choice(alphabet, size=(20000, 44))]

@@ -1,0 +1,104 @@
+"""Model inputs several benchmarks share: synthetic batches in the pipeline's format, the project's train step
+(`gp_jax.steps.make_train_step` on a model from `gp_jax.state.init_model`), and the MSRA main job's config.
+"""
+
+from __future__ import annotations
+
+import types as pytypes
+
+import jax
+import numpy as np
+
+from gp_jax import sharding as shd
+from gp_jax import state as state_lib
+from gp_jax import steps
+from gp_jax.evaluate import model_batch
+from gp_jax.optim import make_optimizer
+
+MSRA_TYPES = ("LOC", "ORG", "PER")
+
+
+def synthetic_batch(*, batch: int, seq: int, num_types: int, features: dict, num_prefix: int = 0,
+                    num_suffix: int = 0, min_len: int | None = None, spans_per_row: int = 4, seed: int = 0) -> dict:
+  """A numpy batch in the pipeline's format (`gp_jax.data.batching` docstring).
+
+  `features`: name -> (low, high, pad value) of random ids; a name with low == high is constant (token types).
+  Rows hold `min_len..seq` real tokens (default: all `seq`), the first `num_prefix` / last `num_suffix`
+  of them specials ([CLS]/[SEP]: id 101 / 102); `spans_per_row` random gold spans (width <= 5) per row."""
+  rng = np.random.default_rng(seed)
+  B, L, H = batch, seq, num_types
+  lens_B = np.full(B, L) if min_len is None else rng.integers(min_len, L + 1, size=B)
+  col_BL = np.arange(L)[None, :]
+  real_BL = col_BL < lens_B[:, None]
+  out_features = {}
+  for name, (low, high, pad) in features.items():
+    ids_BL = np.full((B, L), low, np.int32) if high <= low else rng.integers(low, high, size=(B, L)).astype(np.int32)
+    if name == "input_ids" and num_prefix:
+      ids_BL[:, 0] = 101
+    if name == "input_ids" and num_suffix:
+      ids_BL[np.arange(B), lens_B - 1] = 102
+    out_features[name] = np.where(real_BL, ids_BL, pad).astype(np.int32)
+  content_BL = (col_BL >= num_prefix) & (col_BL < (lens_B - num_suffix)[:, None])
+  span_ids_BHK = np.full((B, H, L), -1, np.int32)
+  for b in range(B):
+    lo, hi = num_prefix, int(lens_B[b]) - num_suffix
+    for n in range(spans_per_row):
+      i = int(rng.integers(lo, hi))
+      j = min(hi - 1, i + int(rng.integers(0, 5)))
+      span_ids_BHK[b, int(rng.integers(0, H)), n] = i * L + j
+  span_ids_BHK.sort(axis=-1)
+  span_ids_BHK = span_ids_BHK[..., ::-1].copy()  # -1 padding last, ids distinct per (row, type)
+  return {
+      "features": out_features,
+      "attention_mask": real_BL.astype(np.int32),
+      "span_mask": content_BL.astype(np.int32),
+      "positions": np.where(real_BL, col_BL, 0).astype(np.int32),
+      "span_ids": span_ids_BHK,
+      "example_index": np.arange(B, dtype=np.int32),
+      "window_start": np.zeros(B, np.int32),
+      "window_index": np.arange(B, dtype=np.int32),
+  }
+
+
+class ProjectStep:
+  """`init_model` + `steps.make_train_step` (state shardings, donated state), as training runs them.
+
+  `mesh`: default `config.mesh`; `init_kwargs` go to `init_model` (e.g. `load_weights=False, encoder_config=hf`)."""
+
+  def __init__(self, config, tokenizer, types, *, mesh=None, total_steps: int = 10_000, **init_kwargs):
+    self.config = config
+    self.mesh = mesh or shd.make_mesh(config.mesh.data, config.mesh.fsdp)
+    self.setup, params = state_lib.init_model(config, tokenizer, types, self.mesh, **init_kwargs)
+    self.n_params = state_lib.param_count(params)
+    self.tx, _ = make_optimizer(config.optimizer, total_steps, params)
+    self.state = state_lib.init_train_state(self.setup, params, self.tx, seed=config.seed)
+    self.step_fn = steps.make_train_step(self.setup, self.tx, loss_kind=config.loss.kind)
+
+  def device_batch(self, batch):
+    return shd.global_batch(model_batch(batch), self.mesh)
+
+  def step(self, device_batch):
+    """One step, blocked on (as a host that reads the metrics would be)."""
+    self.state, metrics = self.step_fn(self.state, device_batch)
+    jax.block_until_ready((self.state, metrics))
+    return metrics
+
+
+def msra_config(overrides=None):
+  """`experiments/msra_scratch.py`'s config (the README main job); `overrides`: "key=value" model fields."""
+  from experiments import msra_scratch  # pylint: disable=g-import-not-at-top
+
+  c = msra_scratch.get_config()
+  for item in overrides or ():
+    key, value = item.split("=", 1)
+    old = c.model[key]
+    c.model[key] = type(old)(value) if not isinstance(old, tuple) else tuple(int(v) for v in value.split(","))
+  return c
+
+
+def msra_inputs(vocab: int = 4734, bigram_vocab: int = 50002):
+  """(tokenizer stand-in, synthetic_batch feature ranges) with the main job's vocabulary sizes."""
+  tokenizer = pytypes.SimpleNamespace(vocab_size=vocab, bigram_vocab_size=bigram_vocab,
+                                      feature_names=("input_ids", "bigram_ids"),
+                                      pad_values={"input_ids": 0, "bigram_ids": 0})
+  return tokenizer, {"input_ids": (2, vocab, 0), "bigram_ids": (2, bigram_vocab, 0)}
