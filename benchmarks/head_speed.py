@@ -22,7 +22,7 @@ from benchmarks.inputs import ProjectStep
 from gp_jax import sharding as shd
 from gp_jax.data import batching
 from gp_jax.evaluate import Evaluator, model_batch
-from gp_jax.train import prepare_data  # to move: gp_jax.factory.prepare_data
+from gp_jax.factory import prepare_data
 from launch import sweep
 
 TAGGERS = ("crf", "softmax")
