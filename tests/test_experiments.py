@@ -17,7 +17,7 @@ CASES = [("msra_scratch", "", "msra"), ("rope_ablation", "", "msra"), ("rope_abl
          ("rope_ablation", "dataset=germeval2014", "germeval2014"), ("rope_ablation", "dataset=conll2003", "conll2003"),
          ("head_ablation", "", "cluener2020"), ("head_comparison", "", "msra"),
          ("head_comparison", "dataset=germeval2014", "germeval2014"), ("conll_minilm", "", "conll2003"),
-         ("germeval_minilm", "", "germeval2014"), ("synthetic", "", "synthetic")]
+         ("germeval_minilm", "", "germeval2014"), ("nested_study", "", "germeval2014"), ("synthetic", "", "synthetic")]
 
 
 def test_every_experiment_is_covered():
@@ -43,6 +43,15 @@ def test_quick_config_keeps_the_dataset_and_shrinks(name, arg, dataset):
   assert isinstance(points, list)
   for point in points:
     assert all(k.startswith("config.") for k in point)
+
+
+def test_nested_study_sweeps_15_distinct_points():
+  module = sweep.load_module(os.path.join(ht.REPO, "experiments", "nested_study.py"))
+  config = module.get_config(None)
+  assert config.num_epochs == 12 and config.early_stop_patience == 2
+  runs = sweep.expand(os.path.join(ht.REPO, "experiments", "nested_study.py"), "runs")
+  assert len({r.name for r in runs}) == len(runs) == 15
+  assert all("use_rope" not in r.name for r in runs if "head=crf" in r.name)
 
 
 @pytest.mark.e2e
