@@ -119,7 +119,10 @@ def split_options(config) -> dict:
 
 
 def prepare_split(config, records, tokenizer, types, *, name: str):
-  return windows.prepare_split(records, tokenizer, types=types, name=name, **split_options(config))
+  """`data.truncate` applies to the train split only: dev and test are always read whole, in sliding windows."""
+  truncate = bool(config.data.get("truncate", False)) and name == "train"
+  return windows.prepare_split(records, tokenizer, types=types, name=name, truncate=truncate,
+                               **split_options(config))
 
 
 def prepare_data(config, workdir=None):

@@ -2,7 +2,8 @@
 
   python -m gp_jax.main --config=experiments/msra_scratch.py[:ARG] --workdir=DIR [--config.KEY=VALUE ...]
 
-DIR may be local or gs://; a DIR holding a checkpoint is resumed.
+DIR may be local or gs://; a DIR holding a checkpoint is resumed. User errors (gp_jax.errors.UserError: a
+config the experiment refuses, a bad or missing data file) end with one line on stderr and exit status 2.
 """
 
 import sys
@@ -11,6 +12,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from gp_jax import runtime, train
+from gp_jax.errors import UserError
 from gp_jax.configs.args import check_override_keys
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (get_config(arg)).", lock_config=True)
@@ -19,19 +21,36 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory (local or gs://) for 
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+def _user_error(e: BaseException | None) -> UserError | None:
+  """The innermost UserError in e's chain of causes, if any (absl and ml_collections re-raise what get_config
+  raises with a traceback in the message; the innermost one holds the original line)."""
+  found = None
+  while e is not None:
+    found = e if isinstance(e, UserError) else found
+    e = e.__cause__ or e.__context__
+  return found
+
+
+def _exit_with(message) -> None:
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(2)
+
+
 def parse_flags(argv):
   try:
     return flags.FLAGS(argv)
   except (KeyError, AttributeError, flags.IllegalFlagValueError) as e:
-    message = check_override_keys(argv)
-    print(f"error: {message or e}", file=sys.stderr)
-    sys.exit(2)
+    user = _user_error(e)
+    _exit_with(user if user is not None else check_override_keys(argv) or e)
 
 
 def main(argv):
   del argv
   runtime.configure()  # process-level settings (malloc) before anything is allocated
-  train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  try:
+    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except UserError as e:
+    _exit_with(e)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from gp_jax.errors import UserError
+
 
 def _coerce(value: str, default):
   if isinstance(default, bool):
@@ -12,7 +14,7 @@ def _coerce(value: str, default):
       return True
     if low in ("0", "false", "no", "off"):
       return False
-    raise ValueError(f"expected a boolean, got {value!r}")
+    raise UserError(f"expected a boolean, got {value!r}")
   if isinstance(default, int):
     return int(value)
   if isinstance(default, float):
@@ -26,8 +28,11 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
   for item in filter(None, (s.strip() for s in (arg or "").split(","))):
     key, eq, value = item.partition("=")
     if key not in defaults:
-      raise ValueError(f"unknown config arg {key!r}; known: {', '.join(sorted(defaults))}")
-    out[key] = _coerce(value if eq else "true", defaults[key])
+      raise UserError(f"unknown config arg {key!r}; known: {', '.join(sorted(defaults))}")
+    try:
+      out[key] = _coerce(value if eq else "true", defaults[key])
+    except ValueError as e:
+      raise UserError(f"config arg {item!r}: {e}") from None
   return ml_collections.ConfigDict(out)
 
 

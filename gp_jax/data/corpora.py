@@ -17,6 +17,7 @@ from typing import Any
 
 from gp_jax.data.builders import BUILDERS
 from gp_jax.data.types import Record
+from gp_jax.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ SPLIT_ALIASES = {"validation": "dev", "valid": "dev", "val": "dev", "testa": "de
 
 def _check_name(name: str) -> None:
   if name not in BUILDERS:
-    raise ValueError(f"unknown corpus {name!r}; expected one of {', '.join(NAMES)}")
+    raise UserError(f"unknown corpus {name!r}; expected one of {', '.join(NAMES)}")
 
 
 def builder_class(name: str):
@@ -71,7 +72,7 @@ def get_builder(name: str, *, manual_dir: str | os.PathLike | None = None,
 
 def load_split(name: str, split: str, *, manual_dir: str | os.PathLike | None = None,
                data_dir: str | os.PathLike | None = None) -> RecordSource:
-  """Records of one split of `name` in msra, cluener2020, conll2003, germeval2014, people_daily.
+  """Records of one split of `name` in msra, cluener2020, conll2003, germeval2014, people_daily, cmeee, cmeee_v2.
 
   split: train/dev/test (validation/valid are aliases of dev). manual_dir: the raw files
   (default $GP_JAX_DATA/<name> else ../shared/data/<name> beside the repo); data_dir:
@@ -81,9 +82,23 @@ def load_split(name: str, split: str, *, manual_dir: str | os.PathLike | None = 
   split = SPLIT_ALIASES.get(split, split)
   available = sorted(builder.info.splits.keys())
   if split not in available:
-    raise ValueError(f"corpus {name} has no split {split!r}; available: {', '.join(available)}")
+    optional = getattr(builder, "OPTIONAL_FILES", {})
+    if split in optional:
+      raise UserError(missing_optional_split(name, split, optional[split], manual_dir=manual_dir,
+                                             cache=pathlib.Path(builder.data_dir).parent))
+    raise UserError(f"corpus {name} has no split {split!r}; available: {', '.join(available)}")
   return RecordSource(builder.as_data_source(split), name=name, split=split,
                       metadata=dict(builder.info.metadata))
+
+
+def missing_optional_split(name: str, split: str, fname: str, *, manual_dir, cache: pathlib.Path) -> str:
+  """One line: the split's file, where to put it, and the TFDS cache folder to delete (it is built once)."""
+  folder = pathlib.Path(manual_dir) if manual_dir else default_manual_dir(name)
+  if (folder / fname).is_file():
+    return (f"corpus {name} has no {split} split although {folder / fname} exists: the TFDS cache {cache} was "
+            f"built before it was there; delete {cache} to rebuild")
+  return (f"corpus {name} has no {split} split: put {fname} in {folder} (or point data.manual_dir at its folder), "
+          f"then delete the TFDS cache {cache} (built once, without {fname}) so it is rebuilt")
 
 
 def _text(x: Any) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TextIO
 
 from gp_jax.data import tags as tags_lib
+from gp_jax.errors import UserError
 from gp_jax.data.types import Entity, Record
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ DOCSTART = "-DOCSTART-"
 _COLUMN_SEP = re.compile(r"[ \t]+")  # ASCII blanks only: CJK/NBSP spaces may be tokens
 
 
-class DataError(ValueError):
+class DataError(UserError):
   """Bad input data: `path:line: what (expected ...)`; `reason` is a short key for counting."""
 
   def __init__(self, path: str, line: int | None, message: str, *, reason: str):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import string
 
 from gp_jax.data.types import Record
+from gp_jax.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +73,20 @@ def _split_off(records: list[Record], fraction: float, seed: int) -> tuple[list[
   return [r for i, r in enumerate(records) if i not in dev_ids], [r for i, r in enumerate(records) if i in dev_ids]
 
 
-def read_user_file(data_cfg, path) -> list[Record]:
-  """One jsonl/conll file as the config says (conll: scheme, tag columns, joiner; strictness)."""
-  from gp_jax.data import read_conll, read_jsonl
+USER_FORMATS = ("jsonl", "conll", "cblue")  # data.name values that read data.train_file/dev_file/test_file
 
+
+def read_user_file(data_cfg, path) -> list[Record]:
+  """One jsonl/conll/cblue file as the config says (conll: scheme, tag columns, joiner; strictness)."""
+  from gp_jax.data import read_conll, read_jsonl
+  from gp_jax.data.readers import DataError
+
+  if not os.path.isfile(path):
+    raise DataError(path, None, f"no such file (data.name={data_cfg.name})", reason="missing_file")
+  if data_cfg.name == "cblue":
+    from gp_jax.data.cblue import read_cblue
+
+    return list(read_cblue(path, strict=data_cfg.strict, allow_unlabelled=path == data_cfg.test_file))
   if data_cfg.name == "jsonl":
     return list(read_jsonl(path, strict=data_cfg.strict))
   tag_cols = tuple(int(c) for c in data_cfg.conll_tag_cols) or None  # () = the last column
@@ -103,9 +115,9 @@ def load_records(data_cfg, *, seed: int = 0):
     dev = synthetic_records(max(1, n // 4), seed=seed + 1, prefix="dev")
     test = synthetic_records(max(1, n // 4), seed=seed + 2, prefix="test")
     types = list(SYNTHETIC_TYPES)
-  elif name in ("jsonl", "conll"):
+  elif name in USER_FORMATS:
     if not data_cfg.train_file:
-      raise ValueError(f"data.name={name!r} needs data.train_file")
+      raise UserError(f"data.name={name!r} needs data.train_file")
     train = read_user_file(data_cfg, data_cfg.train_file)
     if data_cfg.dev_file:
       dev = read_user_file(data_cfg, data_cfg.dev_file)
@@ -127,7 +139,7 @@ def load_records(data_cfg, *, seed: int = 0):
   if data_cfg.max_eval_records:
     dev, test = dev[: data_cfg.max_eval_records], test[: data_cfg.max_eval_records]
   if not train:
-    raise ValueError(f"data.name={name!r}: the training split is empty")
+    raise UserError(f"data.name={name!r}: the training split is empty")
   log.info("Data %s: %d train / %d dev / %d test records, %d types %s", name, len(train), len(dev), len(test),
            len(types), types)
   return train, dev, test, types

@@ -50,6 +50,7 @@ class SplitStats:
   empty_records: int  # records whose text gave zero tokens (no window)
   split_records: int  # records cut into more than one window
   max_spans_per_type: int  # most targets of one type in one window (K = L caps this per batch)
+  truncated_records: int = 0  # truncate=True: records longer than one window, cut to their first window
 
 
 @dataclasses.dataclass
@@ -265,8 +266,15 @@ def _tokenise(records, tokenizer, *, type_to_id, names, name) -> _Tokens:
   )
 
 
-def _cut_windows(n_R: np.ndarray, *, W: int, stride: int) -> _Windows:
-  """Starts 0, stride, 2 * stride, ... while start + W < n, then n - W; none for an empty record."""
+def _cut_windows(n_R: np.ndarray, *, W: int, stride: int, truncate: bool = False) -> _Windows:
+  """Starts 0, stride, 2 * stride, ... while start + W < n, then n - W; none for an empty record.
+
+  truncate: one window per record, its first W tokens (the rest of the record is dropped)."""
+  if truncate:
+    nwin_R = (n_R > 0).astype(np.int64)
+    first_R = _ptr(nwin_R)
+    record_N = np.nonzero(nwin_R)[0].astype(np.int64)
+    return _Windows(nwin_R, first_R, record_N, np.zeros_like(record_N), np.minimum(n_R[record_N], W))
   nwin_R = np.where(n_R == 0, 0, np.where(n_R <= W, 1, -(-(n_R - W) // stride) + 1))
   first_R = _ptr(nwin_R)
   N = int(first_R[-1])
@@ -333,7 +341,7 @@ def _window_features(tokenizer, tok: _Tokens, win: _Windows, *, names) -> dict[s
   return {k: (np.concatenate(v) if v else np.zeros(0, np.int32)) for k, v in parts.items()}
 
 
-def _split_stats(tok: _Tokens, win: _Windows, targets: _Targets) -> SplitStats:
+def _split_stats(tok: _Tokens, win: _Windows, targets: _Targets, *, W: int, truncate: bool) -> SplitStats:
   status = targets.status_E
   count = lambda s: int(np.sum(status == s))  # noqa: E731
   return SplitStats(
@@ -348,6 +356,7 @@ def _split_stats(tok: _Tokens, win: _Windows, targets: _Targets) -> SplitStats:
       lost_to_truncation=count(LOST),
       empty_records=int(np.sum(tok.n_R == 0)),
       split_records=int(np.sum(win.nwin_R > 1)),
+      truncated_records=int(np.sum(tok.n_R > W)) if truncate else 0,
       max_spans_per_type=targets.max_spans_per_type,
   )
 
@@ -360,6 +369,7 @@ def prepare_split(
     max_len: int,
     stride: int | None = None,
     max_span_width: int | None = None,
+    truncate: bool = False,
     name: str = "split",
 ) -> PreparedSplit:
   """Tokenises every record once and cuts texts into windows of at most `max_len` tokens.
@@ -367,6 +377,9 @@ def prepare_split(
   A window holds W = max_len - num_prefix - num_suffix content tokens; consecutive windows start
   `stride` (default W // 2) apart and the last one ends at the text end. Entities whose char
   bounds are not token bounds are counted as misaligned and kept only in the gold set.
+  truncate=True: one window per record, its first W tokens, as Su's scripts train (bert4keras'
+  `tokenize(text, maxlen=maxlen)`); entities not wholly inside it count as lost_to_truncation (kept in the
+  gold set), and the numbers of truncated records and dropped entities are logged.
   Raises ValueError on an entity type not in `types`. Uses `tokenizer.encode_batch(texts)` when
   the tokenizer has it (e.g. CharTokenizer), else `encode` per text.
   """
@@ -379,11 +392,15 @@ def prepare_split(
   W, stride = _check_args(tokenizer, max_len=max_len, stride=stride, max_span_width=max_span_width)
 
   tok = _tokenise(records, tokenizer, type_to_id=type_to_id, names=names, name=name)
-  win = _cut_windows(tok.n_R, W=W, stride=stride)
+  win = _cut_windows(tok.n_R, W=W, stride=stride, truncate=truncate)
   tok_E2 = _align(tok.token_ptr, tok.offsets_T2, tok.ent_record, tok.ent_char_E2)
   targets = _place_entities(tok, win, tok_E2, P=P, num_types=len(types), max_span_width=max_span_width)
   window_features = _window_features(tokenizer, tok, win, names=names)
-  stats = _split_stats(tok, win, targets)
+  stats = _split_stats(tok, win, targets, W=W, truncate=truncate)
+  if truncate:
+    logging.info("prepare_split %s: truncate=True: %d of %d records cut to their first %d content tokens, "
+                 "%d of %d entities dropped with the rest", name, stats.truncated_records, stats.records, W,
+                 stats.lost_to_truncation, stats.entities)
   logging.info("prepare_split %s (max_len=%d, stride=%d): %s", name, max_len, stride, stats)
 
   i32 = lambda x: np.asarray(x, np.int32)  # noqa: E731

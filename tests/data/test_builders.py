@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ import pytest
 
 from gp_jax.data import DataError, corpus_types, load_split
 from gp_jax.data import corpora
+from gp_jax.errors import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -164,10 +166,18 @@ def test_people_daily_fixture(tmp_path):
       {"id": "people_daily-dev-0", "text": "在北京", "entities": ents((1, 3, "LOC"))},
       {"id": "people_daily-dev-1", "text": "周恩来", "entities": ents((0, 3, "PER"))},
   ]
-  with pytest.raises(ValueError, match="no split 'train'; available: dev, test"):
+  # One line: the file, where to put it, and the cache folder to delete (the build without train is kept).
+  cache = tmp_path / "tfds" / "gp_people_daily"
+  with pytest.raises(UserError) as e:
     load("people_daily", "train", manual, tmp_path)
-  # With example.train present a train split is built as well.
+  assert str(e.value) == (f"corpus people_daily has no train split: put example.train in {manual} (or point "
+                          f"data.manual_dir at its folder), then delete the TFDS cache {cache} (built once, without "
+                          "example.train) so it is rebuilt")
+  # With example.train present a train split is built as well; the old cache still lacks it and says so.
   write(manual / "example.train", "人 O\n民 O\n")
+  with pytest.raises(UserError, match=re.escape(f"although {manual / 'example.train'} exists") + ".*"
+                     + re.escape(f"delete {cache} to rebuild")):
+    load("people_daily", "train", manual, tmp_path)
   train = load_split("people_daily", "train", manual_dir=manual, data_dir=tmp_path / "tfds2")
   assert list(train) == [{"id": "people_daily-train-0", "text": "人民", "entities": []}]
 

@@ -11,4 +11,6 @@ BUILDERS = {
     "conll2003": ("gp_jax.data.builders.conll2003", "GpConll2003"),
     "germeval2014": ("gp_jax.data.builders.germeval2014", "GpGermeval2014"),
     "people_daily": ("gp_jax.data.builders.people_daily", "GpPeopleDaily"),
+    "cmeee": ("gp_jax.data.builders.cmeee", "GpCmeee"),
+    "cmeee_v2": ("gp_jax.data.builders.cmeee", "GpCmeeeV2"),
 }

@@ -103,7 +103,8 @@ class CorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
       return os.fspath(dl_manager.manual_dir)
     except AssertionError as e:  # TFDS raises this for a missing/empty manual dir
       raise readers.DataError(str(getattr(dl_manager, "_manual_dir", "?")), None,
-                              f"manual data for {self.CORPUS} not found: {e}", reason="missing_file") from None
+                              f"manual data for {self.CORPUS} not found: {' '.join(str(e).split())}",
+                              reason="missing_file") from None  # one line: TFDS's message spans several
 
   def _split_generators(self, dl_manager):
     splits = dict(self._read_splits(dl_manager))

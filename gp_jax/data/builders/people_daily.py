@@ -4,7 +4,9 @@ Files (manual dir): example.dev and example.test (and example.train when present
 train split is built too; the staged copy lacks it). One "char TAG" per line, blank line
 between sentences. Text = characters joined with "". Counts: dev 2,318 sentences /
 3,819 entities; test 4,636 / 7,707; train (absent here) 20,864 sentences.
-Ids: people_daily-<split>-<sentence index>.
+Ids: people_daily-<split>-<sentence index>. The TFDS dataset is built once: a build without example.train
+has no train split, and loading it fails in one line naming the file, the folder to put it in and the cache
+folder to delete (gp_jax.data.corpora.load_split).
 
 Source: github.com/zjy-ucas/ChineseNER data/example.{dev,test} (same files as kashgari's
 china-people-daily-ner-corpus.tar.gz used by GlobalPointer / bert4keras).
@@ -39,6 +41,7 @@ class GpPeopleDaily(base.CorpusBuilder):
 }"""
   LICENSE = "None stated; the 1998 People's Daily corpus is redistributed for research use."
   SPLIT_NOTE = "dev/test as shipped; train only when example.train is in the manual dir."
+  OPTIONAL_FILES = {"train": FILES["train"]}  # split -> file; a missing split's error says where to put it
   MANUAL_DOWNLOAD_INSTRUCTIONS = """Put example.dev and example.test (optionally example.train) of
   github.com/zjy-ucas/ChineseNER data/ in the manual dir."""
 
