@@ -2,7 +2,8 @@
 
   python -m gp_jax.main --config=experiments/msra_scratch.py[:ARG] --workdir=DIR [--config.KEY=VALUE ...]
 
-DIR may be local or gs://; a DIR holding a checkpoint is resumed.
+DIR may be local or gs://; a DIR holding a checkpoint is resumed. A second live run on the same DIR refuses to
+start (exit 2, naming the holder): the run holds a lease in DIR/../_launch/leases/ (gp_jax/lease.py).
 """
 
 import sys
@@ -10,7 +11,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from gp_jax import runtime, train
+from gp_jax import lease, runtime, train
 from gp_jax.configs.args import check_override_keys
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (get_config(arg)).", lock_config=True)
@@ -31,8 +32,20 @@ def parse_flags(argv):
 def main(argv):
   del argv
   runtime.configure()  # process-level settings (malloc) before anything is allocated
-  train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  config = _CONFIG.value
+  if config.multihost:  # before the lease: process 0 takes it and tells the others (train.setup_run skips this)
+    import jax  # pylint: disable=g-import-not-at-top
 
+    jax.distributed.initialize(*([config.coordinator_address] if config.coordinator_address else []),
+                               **({"num_processes": config.num_processes, "process_id": config.process_id}
+                                  if config.coordinator_address else {}))
+  try:
+    with lease.hold_run(_WORKDIR.value):
+      train.train_and_evaluate(config, _WORKDIR.value)
+  except lease.Held as e:  # raised by the lease alone, before training starts
+    print(f"error: {e}; not starting (a stopped holder's lease is taken over after "
+          f"{lease.stale_beats():g} missed heartbeats of {lease.heartbeat_s():g} s)", file=sys.stderr)
+    sys.exit(2)
 
 if __name__ == "__main__":
   app.run(main, flags_parser=parse_flags)
