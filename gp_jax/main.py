@@ -4,6 +4,8 @@
 
 DIR may be local or gs://; a DIR holding a checkpoint is resumed. User errors (gp_jax.errors.UserError: a
 config the experiment refuses, a bad or missing data file) end with one line on stderr and exit status 2.
+A second live run on the same DIR refuses to start (exit 2, naming the holder): the run holds a lease in
+DIR/../_launch/leases/ (gp_jax/lease.py).
 """
 
 import sys
@@ -11,7 +13,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from gp_jax import runtime, train
+from gp_jax import lease, runtime, train
 from gp_jax.errors import UserError
 from gp_jax.configs.args import check_override_keys
 
@@ -47,8 +49,19 @@ def parse_flags(argv):
 def main(argv):
   del argv
   runtime.configure()  # process-level settings (malloc) before anything is allocated
+  config = _CONFIG.value
+  if config.multihost:  # before the lease: process 0 takes it and tells the others (train.setup_run skips this)
+    import jax  # pylint: disable=g-import-not-at-top
+
+    jax.distributed.initialize(*([config.coordinator_address] if config.coordinator_address else []),
+                               **({"num_processes": config.num_processes, "process_id": config.process_id}
+                                  if config.coordinator_address else {}))
   try:
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    with lease.hold_run(_WORKDIR.value):
+      train.train_and_evaluate(config, _WORKDIR.value)
+  except lease.Held as e:  # raised by the lease alone, before training starts
+    _exit_with(f"{e}; not starting (a stopped holder's lease is taken over after "
+               f"{lease.stale_beats():g} missed heartbeats of {lease.heartbeat_s():g} s)")
   except UserError as e:
     _exit_with(e)
 

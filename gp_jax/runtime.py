@@ -108,29 +108,34 @@ def configure() -> dict:
 
 
 class Preemption:
-  """Turns SIGTERM into a flag the loop checks after each step.
+  """Whether to save and stop now, asked after every step (negligible cost), agreed by every process.
 
-  With several processes, only the signalled ones see the flag; they agree every `every` steps
-  (a max over processes), so all of them save the same step and stop together.
+  With `jax.distributed` on, the coordination service's preemption notifier catches SIGTERM (on any process, or
+  the platform's maintenance notice) and `orbax.checkpoint.multihost.reached_preemption(step)` turns it into one
+  sync point: every process answers True at the same step. No Python SIGTERM handler is installed then: it would
+  replace the service's handler and the notice would never reach the other processes.
+  With one process, SIGTERM sets a flag that the next step reads.
   """
 
   def __init__(self):
     self.requested = False
     self._old = None
+    self._distributed = False
 
-  def should_stop(self, step: int, every: int) -> bool:
-    import jax  # pylint: disable=g-import-not-at-top
-
-    if jax.process_count() == 1:
+  def should_stop(self, step: int) -> bool:
+    if not self._distributed:
       return self.requested
-    if step % max(every, 1):
-      return False
-    import numpy as np  # pylint: disable=g-import-not-at-top
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    from orbax.checkpoint import multihost  # pylint: disable=g-import-not-at-top
 
-    return bool(np.max(multihost_utils.process_allgather(np.asarray(int(self.requested), np.int32))))
+    return bool(multihost.reached_preemption(step))
 
   def __enter__(self):
+    import jax  # pylint: disable=g-import-not-at-top
+
+    self._distributed = jax.process_count() > 1
+    if self._distributed:
+      return self
+
     def handler(signum, frame):
       self.requested = True
 

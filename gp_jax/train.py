@@ -185,7 +185,7 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
           hooks.after_checkpoint(done)
       if stopped_early:
         break
-      if preemption.should_stop(done, steps.log_every):
+      if preemption.should_stop(done):  # every step; all processes agree (runtime.Preemption)
         check_finite(done, metrics, mngr)
         if mngr.latest_step() != done:
           save(done)

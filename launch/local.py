@@ -11,11 +11,19 @@ same command, which resumes from their last checkpoint. So after a crash or a SI
 SIGTERM or Ctrl-C to this process is passed to the running point as SIGTERM (it saves a checkpoint and stops) and no
 further points start. WORKDIR may be a gs:// path (results are read through etils.epath).
 Exit status: 1 if a point failed, else 0 (preempted points are listed; rerun to resume them).
+
+With --workers=N, N sweep workers (`python -m launch.worker`, one JAX process each, --devices_per_worker=K fake
+CPU devices each through XLA_FLAGS) share the points through leases in WORKDIR/_launch/ (a fake pod of N
+single-host slices): each claims the next free point, trains it in-process and claims again; a killed worker's
+point is taken over by another once its lease is stale (GP_JAX_LEASE_HEARTBEAT_S x GP_JAX_LEASE_STALE_BEATS).
+Worker logs: WORKDIR/_launch/logs/local-w<i>.log. Exit status 0 when every point finished, else 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,8 +57,14 @@ def main(argv=None):
   parser.add_argument("--dry_run", action="store_true", help="print each point's status and command; run nothing")
   parser.add_argument("--only", default="", help="run only the points whose folder name matches this regular "
                       "expression (e.g. 'seed=0' for a first batch)")
+  parser.add_argument("--workers", type=int, default=0, help="run N lease-sharing workers at once instead of "
+                      "one point after another")
+  parser.add_argument("--devices_per_worker", type=int, default=0, help="with --workers: fake CPU devices per "
+                      "worker (XLA_FLAGS=--xla_force_host_platform_device_count=K; 0 = leave XLA_FLAGS alone)")
   parser.add_argument("extra", nargs="*", help="flags passed to every run, after '--' (e.g. -- --config.seed=1)")
   args = parser.parse_args(argv)
+  if args.workers:
+    return run_workers(args)
   runs = sweep.expand(args.config, args.workdir, extra=args.extra)
   if args.only:
     import re  # pylint: disable=g-import-not-at-top
@@ -97,6 +111,80 @@ def main(argv=None):
     print("Rerun the same command to resume unfinished points; "
           f"results: python -m launch.report {args.workdir}", flush=True)
   return 1 if any(r[3] == sweep.FAILED for r in rows) else 0
+
+
+# ----------------------------------------------------------------------------- --workers=N
+
+
+def worker_argv(args, i: int) -> list[str]:
+  argv = [sys.executable, "-m", "launch.worker", f"--config={args.config}", f"--workdir={args.workdir}",
+          f"--name=local-w{i}"]
+  if args.only:
+    argv.append(f"--only={args.only}")
+  if args.extra:
+    argv += ["--", *args.extra]
+  return argv
+
+
+def worker_env(devices: int) -> dict:
+  env = dict(os.environ)
+  if devices:
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
+    env["XLA_FLAGS"] = " ".join([*flags, f"--xla_force_host_platform_device_count={devices}"])
+    env.setdefault("JAX_PLATFORMS", "cpu")
+  return env
+
+
+def run_workers(args) -> int:
+  import tempfile  # pylint: disable=g-import-not-at-top
+
+  runs = sweep.expand(args.config, args.workdir, extra=args.extra)
+  remote = "://" in args.workdir
+  log_dir = tempfile.mkdtemp(prefix="gp_jax_workers_") if remote else sweep.join(args.workdir, "_launch/logs")
+  os.makedirs(log_dir, exist_ok=True)
+  commands = [worker_argv(args, i) for i in range(args.workers)]
+  env = worker_env(args.devices_per_worker)
+  before = {r.name: sweep.run_status(r.workdir)[0] for r in runs}
+  print(f"{len(runs)} points, {args.workers} workers; logs in {sweep.join(args.workdir, '_launch/logs')}", flush=True)
+  for i, cmd in enumerate(commands):
+    prefix = f"XLA_FLAGS={env['XLA_FLAGS']!r} " if args.devices_per_worker else ""
+    print(f"  worker {i}: {prefix}{' '.join(cmd)}", flush=True)
+  if args.dry_run:
+    for r in runs:
+      print(f"  {r.name}: {before[r.name]}", flush=True)
+    print("(dry run: nothing was run)", flush=True)
+    return 0
+  procs, logs = [], []
+  for i, cmd in enumerate(commands):
+    logs.append(open(os.path.join(log_dir, f"local-w{i}.log"), "ab"))
+    procs.append(subprocess.Popen(cmd, env=env, stdout=logs[-1], stderr=subprocess.STDOUT, start_new_session=True))
+    print(f"  worker {i} pid {procs[-1].pid}", flush=True)
+
+  def forward(signum, frame):
+    for p in procs:
+      if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+
+  old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    codes = [p.wait() for p in procs]
+  finally:
+    for s, h in old.items():
+      signal.signal(s, h)
+    for f in logs:
+      f.close()
+  if remote:
+    from gp_jax import storage  # pylint: disable=g-import-not-at-top
+
+    storage.upload_dir(log_dir, sweep.join(args.workdir, "_launch/logs"))
+    shutil.rmtree(log_dir, ignore_errors=True)
+  print(f"worker exit codes: {codes}", flush=True)
+  rows = []
+  for r in runs:
+    after = sweep.run_status(r.workdir)[0]
+    rows.append((r.name, before[r.name], _ACTION.get(before[r.name], "resumed"), after))
+  print("\n".join(summary_lines(rows)), flush=True)
+  return 0 if all(r[3] == sweep.FINISHED for r in rows) else 1
 
 
 if __name__ == "__main__":

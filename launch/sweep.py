@@ -128,9 +128,13 @@ def read_json(path) -> dict | None:
   """Parsed JSON at `path` (str or epath.Path), None when absent or unreadable (e.g. half-written)."""
   from etils import epath
 
-  path = epath.Path(path)
   try:
-    return json.loads(path.read_text())
+    if str(path).startswith(("gs://", "gcs://")):
+      import fsspec  # pylint: disable=g-import-not-at-top
+
+      # One GET; epath's buffered reader (fsspec's prefetcher) was seen to hang on small objects here.
+      return json.loads(fsspec.filesystem("gs").cat_file(str(path)))
+    return json.loads(epath.Path(path).read_text())
   except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
     return None
 

@@ -164,6 +164,148 @@ def pod_runs(config: str, workdir: str, extra=(), *, repo: str, python: str = "p
                       command_config=rel + colon + arg)
 
 
+# ----------------------------------------------------------------------------- queued resources, slices, workers
+
+# Runtime (software) versions by accelerator family (docs/tpu.md): v4 runs tpu-ubuntu2204-base, v5e the v5-lite one.
+RUNTIMES = {"v4": "tpu-ubuntu2204-base", "v5litepod": "v2-alpha-tpuv5-lite"}
+WORKER_RESTARTS = 5  # a crashed worker (not "nothing left", not preempted) is restarted this many times
+
+
+def default_runtime(accelerator_type: str) -> str:
+  family = accelerator_type.split("-")[0]
+  if family not in RUNTIMES:
+    raise ValueError(f"no default --runtime_version for {accelerator_type}; pass one")
+  return RUNTIMES[family]
+
+
+def slice_names(tpu: str, slices: int) -> list[str]:
+  """One queued resource (and node) per slice: NAME, or NAME-0 ... NAME-(N-1) for --slices=N."""
+  return [tpu] if slices == 1 else [f"{tpu}-{i}" for i in range(slices)]
+
+
+def create_command(name: str, *, zone: str, project: str | None, accelerator_type: str, runtime_version: str,
+                   spot: bool = False, reserved: bool = False) -> list[str]:
+  return ["gcloud", "compute", "tpus", "queued-resources", "create", name, f"--node-id={name}",
+          *_where(zone, project), f"--accelerator-type={accelerator_type}", f"--runtime-version={runtime_version}",
+          *(["--spot"] if spot else []), *(["--reserved"] if reserved else [])]
+
+
+def delete_command(name: str, *, zone: str, project: str | None) -> list[str]:
+  return ["gcloud", "compute", "tpus", "queued-resources", "delete", name, *_where(zone, project), "--force",
+          "--quiet"]
+
+
+def describe_command(name: str, *, zone: str, project: str | None) -> list[str]:
+  return ["gcloud", "compute", "tpus", "queued-resources", "describe", name, *_where(zone, project),
+          "--format=value(state.state)"]
+
+
+def host_as_slice_env(accelerator_type: str) -> dict[str, str]:
+  """libtpu settings that make one host of a multi-host slice its own single-host slice (pytorch/xla#7714).
+  UNTESTED on a real TPU (docs/tpu.md)."""
+  family = accelerator_type.split("-")[0]
+  host_type = {"v4": "v4-8", "v5litepod": "v5litepod-4"}.get(family)
+  if host_type is None:
+    raise ValueError(f"--hosts_per_point=1 knows v4 and v5litepod hosts, not {accelerator_type}")
+  return {"TPU_SKIP_MDS_QUERY": "1", "TPU_ACCELERATOR_TYPE": host_type, "TPU_HOST_BOUNDS": "1,1,1",
+          "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1", "TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0"}
+
+
+def venv_install_command(sha: str) -> str:
+  """Unpack the code and make its own Python 3.11 venv with uv (tpu-ubuntu2204-base has 3.10)."""
+  d = remote_dir(sha)
+  return (f"set -e; mkdir -p {d} && tar -xzf {d}.tar.gz -C {d} && cd {d} && "
+          "{ [ -x ~/.local/bin/uv ] || curl -LsSf https://astral.sh/uv/install.sh | sh; } && "
+          "rm -rf .venv && ~/.local/bin/uv venv --python 3.11 .venv && ~/.local/bin/uv pip install --python .venv/bin/python -q '.[tpu]'")
+
+
+def worker_script(*, sha: str, slice_name: str, config: str, workdir: str, extra=(), hosts_per_point: str = "all",
+                  accelerator_type: str = "v4-8") -> str:
+  """Supervisor started on every host: runs `launch.worker` until nothing is left, restarting it after a crash;
+  copies its log and queue.log into WORKDIR/_launch/logs/."""
+  per_host = hosts_per_point == "1"
+  worker = ["launch.worker", f"--config={config}", f"--workdir={workdir}"]
+  lines = [
+      "#!/usr/bin/env bash",
+      f"# gp_jax sweep workers, written by launch.tpu: {config}, code {sha}, slice {slice_name}, "
+      f"hosts per point: {hosts_per_point}.",
+      "set -u",
+      'cd "$(dirname "$0")"',
+      'exec 9>"$HOME/.gp_jax_queue.lock"',
+      'if ! flock -n 9; then echo "another gp_jax queue is running on $(hostname); not starting" >&2; exit 1; fi',
+      "echo $$ > queue.pid",
+      "W=$(curl -sf --max-time 5 -H Metadata-Flavor:Google "
+      "http://metadata.google.internal/computeMetadata/v1/instance/attributes/agent-worker-number || hostname)",
+      f"NAME={shlex.quote(slice_name)}-w$W",
+      f"LOGS={shlex.quote(workdir.rstrip('/') + '/_launch/logs')}",
+      "mkdir -p logs",
+  ]
+  if per_host:
+    lines.append("# Each host is its own slice and its own worker (pytorch/xla#7714; untested on a real TPU).")
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in host_as_slice_env(accelerator_type).items()]
+  lines += [
+      "copy_logs() {",
+      '  case "$LOGS" in',
+      '    gs://*) gcloud storage cp -q logs/worker.log "$LOGS/$NAME.log" >/dev/null 2>&1;'
+      ' gcloud storage cp -q queue.log "$LOGS/$NAME-queue.log" >/dev/null 2>&1 ;;',
+      '    *) mkdir -p "$LOGS" && cp logs/worker.log "$LOGS/$NAME.log" && cp queue.log "$LOGS/$NAME-queue.log" ;;',
+      "  esac",
+      "}",
+      "child=",
+      'trap \'[ -n "$child" ] && kill -TERM "$child" 2>/dev/null\' TERM INT',
+      "tries=0",
+      "while :; do",
+      '  echo "worker $NAME starting $(date -u +%FT%TZ)"',
+      "  .venv/bin/python -m " + shlex.join([*worker, "--name=$NAME"]).replace("'--name=$NAME'", '"--name=$NAME"')
+      + ("" if per_host else " --multihost")
+      + (" -- " + shlex.join(list(extra)) if extra else "") + " >>logs/worker.log 2>&1 &",
+      "  child=$!; wait $child; rc=$?",
+      '  while kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done',
+      "  child=",
+      '  echo "worker $NAME exit $rc $(date -u +%FT%TZ)"',
+      "  copy_logs",
+      "  case $rc in 0|10) echo \"nothing left\"; break ;; 3) echo preempted; break ;; esac",
+      "  tries=$((tries + 1))",
+      f'  if [ "$tries" -ge {WORKER_RESTARTS} ]; then echo "giving up after $tries crashes"; break; fi',
+      "  sleep 10",
+      "done",
+      "copy_logs",
+      "",
+  ]
+  return "\n".join(lines)
+
+
+def worker_start_command(sha: str) -> str:
+  d = remote_dir(sha)
+  return f"cd {d} && nohup setsid bash workers.sh > {d}/queue.log 2>&1 < /dev/null &"
+
+
+def worker_running_command(sha: str) -> str:
+  """Exit 0 when the workers' supervisor runs on this host."""
+  d = remote_dir(sha)
+  return f"kill -0 $(cat {d}/queue.pid 2>/dev/null) 2>/dev/null"
+
+
+def start_workers_commands(*, name, zone, project, sha, tarball, script_file) -> list[list[str]]:
+  """Ship the code, make the venv, ship workers.sh, start it detached (on every host of slice `name`)."""
+  d = remote_dir(sha)
+  return [
+      scp_command(tarball, name, f"{d}.tar.gz", zone=zone, project=project),
+      ssh_command(name, venv_install_command(sha), zone=zone, project=project),
+      scp_command(script_file, name, f"{d}/workers.sh", zone=zone, project=project),
+      ssh_command(name, worker_start_command(sha), zone=zone, project=project),
+  ]
+
+
+def watch_actions(state: str | None, *, spot: bool) -> list[str]:
+  """What `watch` does for a queued resource in `state` (None: gone): a list of 'recreate', 'start'."""
+  if state is None or state in ("SUSPENDED", "FAILED") or (state == "SUSPENDING" and spot):
+    return ["recreate"]
+  if state == "ACTIVE":
+    return ["start"]
+  return []  # ACCEPTED, PROVISIONING, WAITING_FOR_RESOURCES, CREATING, DELETING: wait
+
+
 # ----------------------------------------------------------------------------- status
 
 
@@ -222,6 +364,8 @@ def cmd_run(args) -> int:
                          text=True).stdout.strip()
   if dirty:
     print(f"WARNING: uncommitted changes are not shipped; workers get {args.ref} ({sha}).", file=sys.stderr)
+  if args.hosts_per_point == "1" or args.slices > 1:
+    return _run_workers(args, repo, sha)
   runs = pod_runs(args.config, args.workdir, args.extra, repo=repo, python=args.python)
   script = queue_script(runs, sha=sha, config=args.config, python=args.python)
   tmp = tempfile.mkdtemp(prefix="gp_jax_launch_")
@@ -254,15 +398,175 @@ def cmd_run(args) -> int:
   return 0
 
 
+def _rel_config(config: str, repo: str) -> str:
+  path, colon, arg = config.partition(":")
+  rel = os.path.relpath(os.path.abspath(path), repo)
+  if rel.startswith(".."):
+    raise ValueError(f"--config {path} is outside the repository {repo}; only files in the repo are shipped")
+  return rel.replace(os.sep, "/") + colon + arg
+
+
+def worker_plan(args, repo: str, sha: str, tmp: str) -> tuple[list[list[str]], dict[str, str]]:
+  """(commands, {script file: text}) that ship the code and start the workers on every slice."""
+  tarball = os.path.join(tmp, f"gp_jax-{sha}.tar.gz")
+  commands, scripts = [archive_command(args.ref, tarball)], {}
+  for name in slice_names(args.tpu, args.slices):
+    script_file = os.path.join(tmp, f"workers-{name}.sh")
+    scripts[script_file] = worker_script(sha=sha, slice_name=name, config=_rel_config(args.config, repo),
+                                         workdir=args.workdir, extra=args.extra, hosts_per_point=args.hosts_per_point,
+                                         accelerator_type=args.accelerator_type)
+    commands += start_workers_commands(name=name, zone=args.zone, project=args.project, sha=sha, tarball=tarball,
+                                       script_file=script_file)
+  return commands, scripts
+
+
+def _execute(commands, repo) -> bool:
+  for cmd in commands:
+    print("+ " + shlex.join(cmd), flush=True)
+    if subprocess.run(cmd, cwd=repo).returncode != 0:
+      print(f"failed: {shlex.join(cmd)}", file=sys.stderr)
+      return False
+  return True
+
+
+def _run_workers(args, repo: str, sha: str) -> int:
+  n = len(sweep.expand(args.config, args.workdir))
+  tmp = tempfile.mkdtemp(prefix="gp_jax_launch_")
+  try:
+    commands, scripts = worker_plan(args, repo, sha, tmp)
+    print(f"{n} points, code {args.ref} = {sha}, {args.slices} slice(s), hosts per point: {args.hosts_per_point}; "
+          f"leases and logs in {args.workdir.rstrip('/')}/_launch/")
+    if args.dry_run:
+      for f, text in scripts.items():
+        print(f"--- {f}:\n{text}--- end of {f}")
+      for cmd in commands:
+        print(shlex.join(cmd), flush=True)
+      return 0
+    for f, text in scripts.items():
+      with open(f, "w") as fh:
+        fh.write(text)
+    return 0 if _execute(commands, repo) else 1
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cmd_create(args) -> int:
+  runtime = args.runtime_version or default_runtime(args.accelerator_type)
+  commands = [create_command(n, zone=args.zone, project=args.project, accelerator_type=args.accelerator_type,
+                             runtime_version=runtime, spot=args.spot, reserved=args.reserved)
+              for n in slice_names(args.tpu, args.slices)]
+  for cmd in commands:
+    print(shlex.join(cmd), flush=True)
+  if args.dry_run:
+    return 0
+  return 0 if _execute(commands, None) else 1
+
+
+def _describe(name, args) -> str | None:
+  out = subprocess.run(describe_command(name, zone=args.zone, project=args.project), capture_output=True, text=True)
+  return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _log(msg: str) -> None:
+  import time  # pylint: disable=g-import-not-at-top
+
+  print(f"[watch {time.strftime('%Y-%m-%dT%H:%M:%S')}] {msg}", flush=True)
+
+
+def _retries_file(args):
+  return sweep.join(args.workdir, f"_launch/watch-{args.tpu}.json")
+
+
+def cmd_watch(args) -> int:
+  """Stateless: every pass reads the queued resources' states and the sweep's status and acts on them."""
+  import time  # pylint: disable=g-import-not-at-top
+
+  from gp_jax import storage  # pylint: disable=g-import-not-at-top
+
+  repo = _repo_root()
+  sha = git_sha(args.ref, repo)
+  runtime = args.runtime_version or default_runtime(args.accelerator_type)
+  names = slice_names(args.tpu, args.slices)
+  while True:
+    runs = sweep.expand(args.config, args.workdir)
+    left = [r.name for r in runs if sweep.run_status(r.workdir)[0] != sweep.FINISHED]
+    if not left:
+      _log(f"every point of {len(runs)} finished")
+      if args.delete_when_done:
+        for n in names:
+          cmd = delete_command(n, zone=args.zone, project=args.project)
+          _log(f"{n}: delete (done): {shlex.join(cmd)}")
+          if not args.dry_run:
+            subprocess.run(cmd)
+      return 0
+    counts = (None if args.dry_run else sweep.read_json(_retries_file(args))) or {}
+    for n in names:
+      state = args.assume_state if args.dry_run else _describe(n, args)
+      state = None if state in ("", "GONE") else state
+      actions = watch_actions(state, spot=args.spot)
+      _log(f"{n}: state {state or 'gone'}; {len(left)} points left; actions: {', '.join(actions) or 'wait'}")
+      commands = []
+      if "recreate" in actions:
+        if counts.get(n, 0) >= args.max_retries:
+          _log(f"{n}: not re-created: {counts.get(n, 0)} re-creations reached --max_retries={args.max_retries}")
+          continue
+        counts[n] = counts.get(n, 0) + 1
+        if state is not None:
+          commands.append(delete_command(n, zone=args.zone, project=args.project))
+        commands.append(create_command(n, zone=args.zone, project=args.project, accelerator_type=args.accelerator_type,
+                                       runtime_version=runtime, spot=args.spot, reserved=args.reserved))
+      if "start" in actions:
+        probe = ssh_command(n, worker_running_command(sha), zone=args.zone, project=args.project)
+        running = (not args.dry_run) and subprocess.run(probe, capture_output=True).returncode == 0
+        _log(f"{n}: workers {'running' if running else 'not running'} ({shlex.join(probe)})")
+        if not running:
+          tmp = tempfile.mkdtemp(prefix="gp_jax_launch_")
+          wargs = argparse.Namespace(**{**vars(args), "tpu": n, "slices": 1})
+          start, scripts = worker_plan(wargs, repo, sha, tmp)
+          for f, text in scripts.items():
+            with open(f, "w") as fh:
+              fh.write(text)
+          commands += start
+      for cmd in commands:
+        _log(f"{n}: {'(dry run) ' if args.dry_run else ''}+ {shlex.join(cmd)}")
+        if not args.dry_run and subprocess.run(cmd, cwd=repo).returncode != 0:
+          _log(f"{n}: failed: {shlex.join(cmd)}")
+          break
+    if counts and not args.dry_run:
+      storage.write_json(_retries_file(args), counts)
+    if args.once or args.dry_run:
+      return 0
+    time.sleep(args.interval_s)
+
+
 def cmd_status(args) -> int:
   print(status_table(status_rows(args.workdir, args.config)))
   return 0
 
 
+def _slice_flags(p) -> None:
+  p.add_argument("--tpu", required=True, help="queued resource / node name (NAME-i with --slices=N)")
+  p.add_argument("--zone", required=True)
+  p.add_argument("--project", default=None)
+  p.add_argument("--accelerator_type", default="v4-8", help="e.g. v4-8, v4-32, v5litepod-16")
+  p.add_argument("--runtime_version", default=None, help="default: tpu-ubuntu2204-base (v4), v2-alpha-tpuv5-lite (v5e)")
+  p.add_argument("--slices", type=int, default=1, help="N separate single-slice queued resources sharing one workdir")
+  kind = p.add_mutually_exclusive_group()
+  kind.add_argument("--spot", action="store_true", help="spot capacity (can be suspended any time)")
+  kind.add_argument("--reserved", action="store_true", help="reserved capacity")
+
+
+def _worker_flags(p) -> None:
+  p.add_argument("--hosts_per_point", choices=("1", "all"), default="all", help="all: every host of a slice trains "
+                 "one point together (default); 1: every host is its own worker (libtpu told the host is a slice)")
+  p.add_argument("--slices", type=int, default=1, help="run on NAME-0 ... NAME-(N-1) (see `create --slices`)")
+  p.add_argument("--accelerator_type", default="v4-8", help="with --hosts_per_point=1: the slice type (v4-32, ...)")
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(prog="python -m launch.tpu", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  sub = parser.add_subparsers(dest="cmd", required=True, metavar="{run,status}")
+  sub = parser.add_subparsers(dest="cmd", required=True, metavar="{run,create,watch,status}")
   run = sub.add_parser("run", help="ship the code and start the sweep, detached, on every worker",
                        description="Ship REF to every worker of the slice and start the sweep queue, detached. "
                        "Rerun the same command to resume after a preemption (finished points are skipped). "
@@ -276,8 +580,32 @@ def main(argv=None):
   run.add_argument("--python", default="python3",
                    help="Python on the workers (>= 3.11), e.g. ~/venv/bin/python; default python3")
   run.add_argument("--dry_run", action="store_true", help="print every command and the queue script; run nothing")
+  _worker_flags(run)
   run.add_argument("extra", nargs="*", help="flags for every run, after '--' (e.g. -- --config.num_epochs=2)")
   run.set_defaults(fn=cmd_run)
+  cr = sub.add_parser("create", help="queued resources: one slice, or N separate slices (--slices=N)",
+                      description="gcloud compute tpus queued-resources create, once per slice.")
+  _slice_flags(cr)
+  cr.add_argument("--dry_run", action="store_true", help="print the commands; run nothing")
+  cr.set_defaults(fn=cmd_create)
+  wa = sub.add_parser("watch", help="keep spot slices alive and their workers running until the sweep is done",
+                      description="Stateless (safe from cron with --once): a SUSPENDED, FAILED or vanished queued "
+                      "resource is deleted (--force) and re-created; an ACTIVE one without running workers gets the "
+                      "code, a fresh venv and the workers. Every action is logged.")
+  _slice_flags(wa)
+  wa.add_argument("--config", required=True, help="experiment file in this repo, optionally with ':arg'")
+  wa.add_argument("--workdir", required=True, help="sweep root, gs://BUCKET/...")
+  wa.add_argument("--ref", default="HEAD", help="git ref to ship")
+  wa.add_argument("--hosts_per_point", choices=("1", "all"), default="all")
+  wa.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
+  wa.add_argument("--max_retries", type=int, default=10, help="re-creations per slice, counted in WORKDIR/_launch/")
+  wa.add_argument("--delete_when_done", action="store_true", help="delete the slices once every point finished")
+  wa.add_argument("--interval_s", type=float, default=120.0)
+  wa.add_argument("--dry_run", action="store_true", help="one pass with --assume_state; print what it would run")
+  wa.add_argument("--assume_state", default="SUSPENDED", help="with --dry_run: the state every slice is taken to "
+                  "be in (ACTIVE, SUSPENDED, GONE, ...)")
+  wa.add_argument("extra", nargs="*", help="flags for every point, after '--'")
+  wa.set_defaults(fn=cmd_watch)
   st = sub.add_parser("status", help="table of points: status, step, dev F1 (reads the workdir)",
                       description="Read every point's results.json / metrics.jsonl under --workdir.")
   st.add_argument("--workdir", required=True, help="sweep root (gs:// or local)")

@@ -1,0 +1,406 @@
+"""Leases: at most one live holder per run folder, shared through the workdir's own storage (local or gs://).
+
+A run folder `PARENT/NAME` is guarded by the objects `PARENT/_launch/leases/NAME/<epoch>.json` (never inside
+the run folder itself). The protocol:
+
+  * claim: an exclusive create of epoch 0, or of `latest + 1` once the latest lease is released or stale. Locally
+    the create is a `link()` of a written temp file (fails when the name exists, like O_EXCL); on gs:// it is an
+    upload with `ifGenerationMatch=0` (gcsfs `pipe_file(mode="create")`), answered 412 when the object exists.
+    A create whose first attempt landed but whose answer was lost comes back as 412 on gcsfs's retry: the lease
+    is then read back and is ours when it carries our owner token.
+  * heartbeat: the holder rewrites its own object every `heartbeat_s`; before each beat it checks that no later
+    epoch exists (a holder that was taken over stops: `lost`).
+  * stale: a lease whose object's storage-side modification time (`updated` on GCS, mtime locally) is more than
+    `stale_beats` heartbeats older than the storage's "now" can be taken over. The storage's "now" is the
+    modification time of a probe object the claimer writes (`_launch/clock/<owner>`), so only timestamps made
+    by the storage are compared, never two hosts' clocks.
+  * release: the holder rewrites its object with "released": true (the history of epochs stays, for audits).
+
+Timings come from `GP_JAX_LEASE_HEARTBEAT_S` (default 30) and `GP_JAX_LEASE_STALE_BEATS` (default 4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import posixpath
+import re
+import socket
+import threading
+import time
+import uuid
+
+log = logging.getLogger("gp_jax.lease")
+
+LAUNCH_DIR = "_launch"
+
+
+def heartbeat_s() -> float:
+  return float(os.environ.get("GP_JAX_LEASE_HEARTBEAT_S", "30"))
+
+
+def stale_beats() -> float:
+  return float(os.environ.get("GP_JAX_LEASE_STALE_BEATS", "4"))
+
+
+def _is_url(p: str) -> bool:
+  return "://" in p
+
+
+def _join(a: str, *parts: str) -> str:
+  return posixpath.join(a.rstrip("/"), *parts) if _is_url(a) else os.path.join(a, *parts)
+
+
+def split_workdir(workdir: str) -> tuple[str, str]:
+  """(parent, name) of a run folder; local paths are made absolute."""
+  w = os.fspath(workdir).rstrip("/")
+  if not _is_url(w):
+    w = os.path.abspath(w)
+    return os.path.dirname(w), os.path.basename(w)
+  head, _, name = w.rpartition("/")
+  return head, name
+
+
+def lease_dir(workdir: str, *, root: str | None = None) -> str:
+  """Where the leases of the run folder `workdir` live: ROOT/_launch/leases/<workdir relative to ROOT>, ROOT being
+  `root` (a sweep's root) or the folder's parent."""
+  if root is None:
+    parent, name = split_workdir(workdir)
+    return _join(parent, LAUNCH_DIR, "leases", name)
+  root = root.rstrip("/") if _is_url(root) else os.path.abspath(root)
+  w = os.fspath(workdir).rstrip("/")
+  w = w if _is_url(w) else os.path.abspath(w)
+  rel = w[len(root):].lstrip("/") if w.startswith(root + "/") else split_workdir(w)[1]
+  return _join(root, LAUNCH_DIR, "leases", *rel.split("/"))
+
+
+# ----------------------------------------------------------------------------- storage: local and gs://
+
+
+class LocalStore:
+  def create(self, path: str, data: bytes) -> bool:
+    """Writes `data` at `path` unless it exists (atomically: readers never see a partial file)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "wb") as f:
+      f.write(data)
+    try:
+      os.link(tmp, path)  # fails with EEXIST like open(O_CREAT | O_EXCL), but the content is complete
+      return True
+    except FileExistsError:
+      return False
+    finally:
+      os.unlink(tmp)
+
+  def write(self, path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "wb") as f:
+      f.write(data)
+    os.replace(tmp, path)
+
+  def read(self, path: str) -> bytes | None:
+    try:
+      with open(path, "rb") as f:
+        return f.read()
+    except FileNotFoundError:
+      return None
+
+  def list(self, folder: str) -> list[str]:
+    try:
+      return [n for n in os.listdir(folder) if not n.endswith(".tmp")]
+    except FileNotFoundError:
+      return []
+
+  def mtime(self, path: str) -> float | None:
+    try:
+      return os.stat(path).st_mtime
+    except FileNotFoundError:
+      return None
+
+
+class GcsStore:
+  """gcsfs (fsspec) with its own retries; listings are never served from gcsfs's cache."""
+
+  def __init__(self):
+    import fsspec  # pylint: disable=g-import-not-at-top
+
+    self.fs = fsspec.filesystem("gs", skip_instance_cache=True, cache_timeout=0)
+
+  def create(self, path: str, data: bytes) -> bool:
+    try:
+      self.fs.pipe_file(path, data, mode="create")  # ifGenerationMatch=0: 412 -> FileExistsError
+      return True
+    except FileExistsError:
+      return False
+
+  def write(self, path: str, data: bytes) -> None:
+    self.fs.pipe_file(path, data)
+
+  def read(self, path: str) -> bytes | None:
+    try:
+      return self.fs.cat_file(path)
+    except FileNotFoundError:
+      return None
+
+  def list(self, folder: str) -> list[str]:
+    self.fs.invalidate_cache(folder)
+    try:
+      return [posixpath.basename(p.rstrip("/")) for p in self.fs.ls(folder, detail=False, refresh=True)]
+    except FileNotFoundError:
+      return []
+
+  def mtime(self, path: str) -> float | None:
+    self.fs.invalidate_cache(path)
+    try:
+      info = self.fs.info(path)
+    except FileNotFoundError:
+      return None
+    return info["mtime"].timestamp() if "mtime" in info else None
+
+
+def store_for(path: str):
+  return GcsStore() if path.startswith(("gs://", "gcs://")) else LocalStore()
+
+
+# ----------------------------------------------------------------------------- the lease
+
+
+def owner_label() -> str:
+  return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclasses.dataclass
+class Holder:
+  """What a lease object says (and how old it is, by the storage's clock)."""
+
+  epoch: int
+  owner: str
+  token: str
+  released: bool
+  age_s: float | None
+  beats: int = 0
+
+  def describe(self) -> str:
+    age = f"last heartbeat {self.age_s:.0f} s ago" if self.age_s is not None else "age unknown"
+    return f"{self.owner} (lease epoch {self.epoch}, {age})"
+
+
+class Held(RuntimeError):
+  """The run folder is held by a live lease."""
+
+  def __init__(self, folder: str, holder: Holder):
+    self.holder = holder
+    super().__init__(f"{folder} is held by {holder.describe()}")
+
+
+class Lease:
+  """One claim on one run folder. `try_acquire()` -> True, or False with `self.holder` set to the live holder."""
+
+  def __init__(self, folder: str, *, owner: str | None = None, heartbeat: float | None = None,
+               stale_after_beats: float | None = None, store=None, extra: dict | None = None):
+    self.folder = folder
+    self.owner = owner or owner_label()
+    self.token = uuid.uuid4().hex
+    self.heartbeat_s = heartbeat_s() if heartbeat is None else heartbeat
+    self.stale_beats = stale_beats() if stale_after_beats is None else stale_after_beats
+    self.store = store or store_for(folder)
+    self.extra = dict(extra or {})
+    self.epoch: int | None = None
+    self.holder: Holder | None = None
+    self.lost = threading.Event()
+    self._stop = threading.Event()
+    self._thread: threading.Thread | None = None
+    self._beats = 0
+    self.on_lost = None  # callable(lease) run on the heartbeat thread when a later epoch shows up
+
+  # -- reading
+  def _path(self, epoch: int) -> str:
+    return _join(self.folder, f"{epoch:08d}.json")
+
+  def epochs(self) -> list[int]:
+    return sorted(int(n[:-5]) for n in self.store.list(self.folder) if n.endswith(".json") and n[:-5].isdigit())
+
+  def _storage_now(self) -> float | None:
+    """The storage's clock: the modification time of a probe object written just now."""
+    clock = _clock_path(self.folder, re.sub(r"[^A-Za-z0-9._=-]", "_", self.owner))
+    self.store.write(clock, b"{}")
+    return self.store.mtime(clock)
+
+  def read(self, epoch: int, now: float | None = None) -> Holder | None:
+    raw = self.store.read(self._path(epoch))
+    if raw is None:
+      return None
+    try:
+      d = json.loads(raw)
+    except json.JSONDecodeError:
+      d = {}
+    mtime = self.store.mtime(self._path(epoch))
+    age = (now - mtime) if (now is not None and mtime is not None) else None
+    return Holder(epoch, str(d.get("owner", "?")), str(d.get("token", "")), bool(d.get("released")), age,
+                  int(d.get("beats", 0)))
+
+  def current(self) -> Holder | None:
+    """The latest lease, its age by the storage's clock; None when the folder was never leased."""
+    epochs = self.epochs()
+    if not epochs:
+      return None
+    return self.read(epochs[-1], self._storage_now())
+
+  def is_stale(self, h: Holder) -> bool:
+    return h.age_s is not None and h.age_s > self.stale_beats * self.heartbeat_s
+
+  # -- writing
+  def _body(self, **kw) -> bytes:
+    return json.dumps({"owner": self.owner, "token": self.token, "epoch": self.epoch, "beats": self._beats,
+                       "heartbeat_s": self.heartbeat_s, **self.extra, **kw}).encode()
+
+  def try_acquire(self) -> bool:
+    h = self.current()
+    if h is not None and not h.released and not self.is_stale(h):
+      self.holder = h
+      return False
+    epoch = 0 if h is None else h.epoch + 1
+    self.epoch = epoch
+    took_over = h is not None and not h.released
+    self.extra["took_over"] = took_over
+    if not self.store.create(self._path(epoch), self._body()):
+      got = self.read(epoch)  # 412: someone else, or our own first attempt whose answer was lost
+      if got is None or got.token != self.token:
+        self.epoch = None
+        self.holder = got
+        return False
+    if took_over:
+      log.warning("Took over the stale lease of %s held by %s", self.folder, h.describe())
+    self.holder = None
+    return True
+
+  def beat(self) -> bool:
+    """One heartbeat; False (and `lost` set) when a later epoch exists."""
+    if self.epochs()[-1:] != [self.epoch]:
+      self.lost.set()
+      return False
+    self._beats += 1
+    self.store.write(self._path(self.epoch), self._body())
+    return True
+
+  def start_heartbeat(self) -> None:
+    def loop():
+      while not self._stop.wait(self.heartbeat_s):
+        try:
+          ok = self.beat()
+        except Exception as e:  # pylint: disable=broad-except
+          log.warning("lease heartbeat of %s failed: %s", self.folder, e)  # storage retries failed; try again
+          continue
+        if not ok:
+          log.error("Lease of %s was taken over (epoch %d is no longer the latest)", self.folder, self.epoch)
+          if self.on_lost is not None:
+            self.on_lost(self)
+          return
+
+    self._thread = threading.Thread(target=loop, name="gp_jax-lease", daemon=True)
+    self._thread.start()
+
+  def release(self, **kw) -> None:
+    self._stop.set()
+    if self._thread is not None:
+      self._thread.join()
+      self._thread = None
+    if self.epoch is not None and not self.lost.is_set() and self.epochs()[-1:] == [self.epoch]:
+      self.store.write(self._path(self.epoch), self._body(released=True, **kw))
+    self.epoch = None
+
+  def __enter__(self):
+    if not self.try_acquire():
+      raise Held(self.folder, self.holder)
+    self.start_heartbeat()
+    return self
+
+  def __exit__(self, *exc):
+    self.release()
+
+
+def _clock_path(folder: str, token: str) -> str:
+  """_launch/clock/<token>.json of the _launch folder above a lease folder."""
+  f = folder.rstrip("/")
+  marker = f"/{LAUNCH_DIR}/leases/"
+  base = f[:f.index(marker) + len(LAUNCH_DIR) + 1] if marker in f else f
+  return _join(base, "clock", f"{token}.json")
+
+
+def history(folder: str, store=None) -> list[dict]:
+  """Every epoch of a lease folder, oldest first (for audits and tests)."""
+  store = store or store_for(folder)
+  out = []
+  for n in sorted(store.list(folder)):
+    if n.endswith(".json") and n[:-5].isdigit():
+      raw = store.read(_join(folder, n))
+      out.append(json.loads(raw) if raw else {})
+  return out
+
+
+# ----------------------------------------------------------------------------- one gp_jax.main run
+
+
+def find_lease_dir(workdir: str, *, levels: int = 3) -> str:
+  """The lease folder guarding a run folder: under the nearest ancestor (up to `levels` up) that holds a
+  `_launch/` folder (a sweep root that workers use), else under the run folder's parent."""
+  from etils import epath  # pylint: disable=g-import-not-at-top
+
+  parent, _ = split_workdir(workdir)
+  folder = parent
+  for _ in range(levels):
+    if epath.Path(_join(folder, LAUNCH_DIR)).is_dir():
+      return lease_dir(workdir, root=folder)
+    up = posixpath.dirname(folder) if _is_url(folder) else os.path.dirname(folder)
+    if up == folder or (_is_url(folder) and up.endswith(":/")):
+      break
+    folder = up
+  return lease_dir(workdir)
+
+
+class hold_run:  # pylint: disable=invalid-name
+  """Context manager for `python -m gp_jax.main`: process 0 leases the workdir, the group learns the outcome.
+
+  Raises Held (naming the holder) when a live process already runs this workdir. With several processes
+  (jax.distributed initialised), only process 0 touches the lease and broadcasts whether it got it."""
+
+  def __init__(self, workdir: str):
+    self.workdir = os.fspath(workdir)
+    self.lease: Lease | None = None
+
+  def __enter__(self):
+    import jax  # pylint: disable=g-import-not-at-top
+
+    multi = jax.process_count() > 1
+    held = None
+    if jax.process_index() == 0:
+      self.lease = Lease(find_lease_dir(self.workdir), extra={"workdir": self.workdir})
+      if self.lease.try_acquire():
+        self.lease.on_lost = _exit_lost
+        self.lease.start_heartbeat()
+      else:
+        held = Held(self.workdir, self.lease.holder)
+        self.lease = None
+    if multi:
+      import numpy as np  # pylint: disable=g-import-not-at-top
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
+      refused = int(multihost_utils.broadcast_one_to_all(np.asarray(int(held is not None), np.int32)))
+      if refused and held is None:
+        held = Held(self.workdir, Holder(-1, "another process group (see process 0)", "", False, None))
+    if held is not None:
+      raise held
+    return self
+
+  def __exit__(self, *exc):
+    if self.lease is not None:
+      self.lease.release()
+
+
+def _exit_lost(lease: Lease) -> None:
+  log.error("Another process took over the lease of %s; stopping so that two runs never write one workdir",
+            lease.folder)
+  os._exit(4)

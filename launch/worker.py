@@ -1,0 +1,243 @@
+"""A sweep worker: claims the next unfinished point through a lease, trains it in-process, repeats.
+
+  python -m launch.worker --config=experiments/synthetic.py:quick --workdir=ROOT [--name=w0] [-- --config.k=v ...]
+  python -m launch.worker ... --multihost [--coordinator_address=H:P --num_processes=N --process_id=I]
+
+One worker is one JAX process group (one process, or every host of a slice with --multihost). Process 0 alone
+reads the workdir to choose: it skips finished points, claims the first free one with a lease under
+ROOT/_launch/leases/<point>/ (gp_jax/lease.py: exclusive create, heartbeat, takeover of a stale lease), and
+sends the choice, the resume step and the config check to the other processes with
+`multihost_utils.broadcast_one_to_all`, so every process of the group runs the same point even when their
+reads of the bucket disagree. The point is trained in-process (`gp_jax.train.train_and_evaluate`); then the
+lease is released and the next point chosen. Points leased by live workers are waited for, so a killed
+worker's point is taken over once its lease goes stale.
+
+Exit status: 0 every point finished; 10 nothing left for this worker but some points are not finished (they
+failed here, or their config does not match the workdir's); 3 preempted (SIGTERM: the point saved a checkpoint);
+4 this worker's lease was taken over (it was stalled for longer than the stale limit); 2 usage errors.
+A supervisor restarts a worker on any other status (a crash).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import re
+import sys
+import time
+
+from launch import sweep
+
+EXIT_DONE, EXIT_USAGE, EXIT_PREEMPTED, EXIT_LOST, EXIT_INCOMPLETE = 0, 2, 3, 4, 10
+NONE_LEFT, WAIT = -1, -2  # choices besides a point index
+
+log = logging.getLogger("launch.worker")
+
+
+def _print(msg: str) -> None:
+  print(f"[worker {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def load_config(run: sweep.Run):
+  """The ConfigDict `python -m gp_jax.main` would build from the run's flags (`--config=...:arg --config.k=v`)."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+
+  argv = ["worker", *run.argv[3:]]
+  fv = flags.FlagValues()
+  # The override flags (--config.k=v) are defined while the config file is loaded, from `sys_argv`.
+  holder = config_flags.DEFINE_config_file("config", None, "experiment config", flag_values=fv, lock_config=False,
+                                           sys_argv=argv)
+  flags.DEFINE_string("workdir", None, "run folder", flag_values=fv)
+  fv(argv)
+  return holder.value
+
+
+def resume_step(workdir: str) -> int:
+  """The latest finished checkpoint step in WORKDIR/ckpt (-1: none). Orbax's unfinalised tmp folders are skipped."""
+  from etils import epath  # pylint: disable=g-import-not-at-top
+
+  try:
+    steps = [int(p.name) for p in epath.Path(workdir, "ckpt").iterdir() if p.name.isdigit()]
+  except FileNotFoundError:
+    return -1
+  return max(steps, default=-1)
+
+
+def config_matches(run: sweep.Run, config) -> tuple[bool, str]:
+  """Whether the point's workdir holds no run or a run of this config (gp_jax.workdir.config_changes)."""
+  import json  # pylint: disable=g-import-not-at-top
+
+  from gp_jax import workdir as wd  # pylint: disable=g-import-not-at-top
+  from gp_jax.configs import base as base_config  # pylint: disable=g-import-not-at-top
+
+  saved = sweep.read_json(sweep.join(run.workdir, "config.json"))
+  if saved is None or config is None or config.get("allow_config_change", False):
+    return True, ""
+  defaults = json.loads(base_config.get_config().to_json_best_effort())
+  changes = wd.config_changes(saved, json.loads(config.to_json_best_effort(sort_keys=True)), defaults)
+  return not changes, "; ".join(changes)
+
+
+class Chooser:
+  """Process 0's side: picks and leases the next point."""
+
+  def __init__(self, runs: list[sweep.Run], root: str, name: str):
+    from gp_jax import lease as lease_lib  # pylint: disable=g-import-not-at-top
+
+    self.lease_lib = lease_lib
+    self.runs, self.root, self.name = runs, root, name
+    self.skip: set[str] = set()  # points this worker gave up on (failed here, config mismatch)
+    self.lease = None
+
+  def choose(self) -> int:
+    waiting = False
+    for i, run in enumerate(self.runs):
+      if run.name in self.skip or sweep.run_status(run.workdir)[0] == sweep.FINISHED:
+        continue
+      lease = self.lease_lib.Lease(self.lease_lib.lease_dir(run.workdir, root=self.root),
+                                   owner=f"{self.name}@{self.lease_lib.owner_label()}", extra={"point": run.name})
+      if not lease.try_acquire():
+        waiting = True
+        continue
+      if sweep.run_status(run.workdir)[0] == sweep.FINISHED:  # finished by its last holder meanwhile
+        lease.release(outcome="already finished")
+        continue
+      self.lease = lease
+      return i
+    return WAIT if waiting else NONE_LEFT
+
+  def all_finished(self) -> bool:
+    return all(sweep.run_status(r.workdir)[0] == sweep.FINISHED for r in self.runs)
+
+
+def _broadcast(values: list[int], multi: bool) -> list[int]:
+  if not multi:
+    return values
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
+  return [int(v) for v in multihost_utils.broadcast_one_to_all(np.asarray(values, np.int64))]
+
+
+def _runner(spec: str):
+  module, _, fn = spec.partition(":")
+  return getattr(importlib.import_module(module), fn)
+
+
+def train_point(config, workdir: str) -> dict:
+  from gp_jax import train  # pylint: disable=g-import-not-at-top
+
+  return train.train_and_evaluate(config, workdir)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m launch.worker", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--config", required=True, help="experiment file, optionally with ':arg'")
+  parser.add_argument("--workdir", required=True, help="sweep root (local or gs://); leases in ROOT/_launch/")
+  parser.add_argument("--name", default="", help="this worker's name in leases and logs (default host:pid)")
+  parser.add_argument("--only", default="", help="only the points whose folder name matches this regex")
+  parser.add_argument("--multihost", action="store_true", help="jax.distributed.initialize() first (a group of "
+                      "several processes: every host of a slice, or --coordinator_address/...)")
+  parser.add_argument("--coordinator_address", default="")
+  parser.add_argument("--num_processes", type=int, default=None)
+  parser.add_argument("--process_id", type=int, default=None)
+  parser.add_argument("--poll_s", type=float, default=None, help="wait between looks while every free point is "
+                      "leased by another live worker (default: the lease heartbeat)")
+  parser.add_argument("--runner", default="launch.worker:train_point", help="module:function(config, workdir) -> "
+                      "summary dict (tests use a stand-in)")
+  parser.add_argument("extra", nargs="*", help="flags for every point, after '--'")
+  args = parser.parse_args(argv)
+
+  multi = args.multihost
+  if multi:
+    import jax  # pylint: disable=g-import-not-at-top
+
+    if args.coordinator_address:
+      jax.distributed.initialize(args.coordinator_address, num_processes=args.num_processes,
+                                 process_id=args.process_id)
+    else:
+      jax.distributed.initialize()
+    multi = jax.process_count() > 1
+    is_main = jax.process_index() == 0
+  else:
+    is_main = True
+  if args.runner == "launch.worker:train_point":
+    from gp_jax import runtime  # pylint: disable=g-import-not-at-top
+
+    runtime.configure()
+
+  runs = sweep.expand(args.config, args.workdir, extra=args.extra)
+  if args.only:
+    runs = [r for r in runs if re.search(args.only, r.name)]
+  name = args.name or "worker"
+  chooser = Chooser(runs, args.workdir, name) if is_main else None
+  runner = _runner(args.runner)
+  from gp_jax import lease as lease_lib  # pylint: disable=g-import-not-at-top
+
+  poll = args.poll_s if args.poll_s is not None else lease_lib.heartbeat_s()
+  _print(f"{name}: {len(runs)} points under {args.workdir}")
+  while True:
+    if is_main:
+      choice = chooser.choose()
+      step, ok, why = -1, 1, ""
+      if choice >= 0:
+        step = resume_step(runs[choice].workdir)
+        config = load_config(runs[choice])
+        matched, why = config_matches(runs[choice], config)
+        ok = int(matched)
+      values = [choice, step, ok]
+    else:
+      values = [0, 0, 0]
+    choice, step, ok = _broadcast(values, multi)
+    if choice == NONE_LEFT:
+      done = chooser.all_finished() if is_main else True
+      done = bool(_broadcast([int(done)], multi)[0])
+      _print(f"{name}: nothing left ({'every point finished' if done else 'some points are not finished'})")
+      return EXIT_DONE if done else EXIT_INCOMPLETE
+    if choice == WAIT:
+      time.sleep(poll)
+      continue
+    run = runs[choice]
+    if not ok:
+      if is_main:
+        _print(f"{name}: {run.name}: the workdir holds a run of another config ({why}); skipping it")
+        chooser.skip.add(run.name)
+        chooser.lease.release(outcome="config mismatch")
+      continue
+    lease = chooser.lease if is_main else None
+    if lease is not None:
+      def lost(_):
+        _print(f"{name}: lease of {run.name} taken over; stopping this worker")
+        os._exit(EXIT_LOST)  # another worker runs this point now; never write beside it
+
+      lease.on_lost = lost
+      lease.start_heartbeat()
+    _print(f"{name}: {run.name}: {'resuming from step ' + str(step) if step >= 0 else 'starting'} "
+           f"(lease epoch {lease.epoch if lease else '-'})")
+    config = load_config(run)
+    if multi and config is not None and "multihost" in config:
+      config.multihost = True
+    try:
+      summary = runner(config, run.workdir) or {}
+    except Exception as e:  # pylint: disable=broad-except
+      _print(f"{name}: {run.name}: failed: {type(e).__name__}: {e}")
+      if multi:
+        raise  # the group cannot agree on what happened; the supervisor restarts it
+      summary = {"status": sweep.FAILED}
+    status = summary.get("status", sweep.FAILED)
+    _print(f"{name}: {run.name}: {status}")
+    if lease is not None:
+      lease.release(outcome=status)
+      chooser.lease = None
+      if status != sweep.FINISHED:
+        chooser.skip.add(run.name)
+    if status == sweep.PREEMPTED:
+      return EXIT_PREEMPTED
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,43 @@
+"""Preemption agreement (runtime.Preemption) and what Orbax already does for a save killed half-way."""
+
+import os
+import signal
+
+import jax
+import numpy as np
+
+from gp_jax import checkpoint as ckpt_lib
+from gp_jax import runtime
+from launch import worker
+
+
+def test_single_process_preemption_is_a_sigterm_flag_read_every_step():
+  before = signal.getsignal(signal.SIGTERM)
+  with runtime.Preemption() as p:
+    assert not p.should_stop(1)
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert p.should_stop(2)  # the very next step, no `every`
+  assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_unfinalised_checkpoint_of_a_killed_save_is_ignored(tmp_path):
+  """A save killed before Orbax finalised it leaves <step>.orbax-checkpoint-tmp-*; restore takes the previous step."""
+  d = tmp_path / "ckpt"
+  state = {"w": jax.numpy.arange(4.0), "step": jax.numpy.asarray(3)}
+  mngr = ckpt_lib.make_manager(d, keep=3)
+  ckpt_lib.save(mngr, 3, state=state, data_state={"pos": 3}, config_json="{}")
+  mngr.wait_until_finished()
+  mngr.close()
+  junk = d / "6.orbax-checkpoint-tmp-1234567"  # what a SIGKILL during step 6's save leaves behind
+  (junk / "state").mkdir(parents=True)
+  (junk / "state" / "partial").write_bytes(b"\0" * 10)
+  mngr = ckpt_lib.make_manager(d, keep=3)
+  try:
+    assert mngr.latest_step() == 3
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+    step, restored, data = ckpt_lib.restore(mngr, abstract)
+    assert step == 3 and data == {"pos": 3}
+    np.testing.assert_array_equal(restored["w"], np.arange(4.0))
+  finally:
+    mngr.close()
+  assert worker.resume_step(str(tmp_path)) == 3  # the worker's broadcast resume step skips it too
