@@ -333,13 +333,13 @@ def load_exported(directory) -> ExportedModel:
 def _define_flags():
   from absl import flags  # pylint: disable=g-import-not-at-top
 
-  flags.DEFINE_string("workdir", None, "Training workdir, local or gs://.")
+  from gp_jax import predict  # pylint: disable=g-import-not-at-top,unused-import  (defines --workdir, --batch_size)
+
   flags.DEFINE_string("out", None, "Folder to write, local or gs://.")
   flags.DEFINE_enum("format", "stablehlo", sorted(MODEL_FILES), "Serialized artifact format.")
   flags.DEFINE_list("platforms", [], "StableHLO lowering platforms (cpu, cuda, tpu); default: this machine's.")
   flags.DEFINE_integer("hit_buffer", DEFAULT_HIT_BUFFER, "Hits one call returns on device (more fall back to "
                        "the scores output).")
-  flags.DEFINE_integer("batch_size", 0, "Windows per call recorded for predict (0 = the config's eval_batch_size).")
   return flags.FLAGS
 
 
