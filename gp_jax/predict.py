@@ -1,38 +1,149 @@
-"""Predicts entities with a trained workdir: one text per line in, one JSON line per text out.
+"""Predicts entities with a trained workdir or an exported folder (`gp_jax.export`).
 
-  python -m gp_jax.predict --workdir=DIR [--input=FILE|-] [--output=FILE|-] [--batch_size=N]
+  python -m gp_jax.predict --workdir=W | --exported=DIR [--input=PATH|-] [--output=PATH|-]
+      [--input_format=lines|jsonl] [--output_format=jsonl] [--split=test] [--threshold=0.0]
+      [--batch_size=N] [--chunk_size=N]
 
-DIR is local or gs://; it holds everything needed (config, types, tokenizer, encoder config,
-parameters in best/), so the pretrained encoder's folder is never reopened. Output:
-{"text": ..., "entities": [{"start", "end", "type", "text", "score"}]} with character offsets into
-the input line (end exclusive). Texts longer than the model's max length go through sliding windows.
+W holds everything needed (config, types, tokenizer, encoder config, parameters in best/), so the
+pretrained encoder's folder is never reopened. DIR is an exported folder; predicting from it imports
+neither flax, orbax nor ml_collections. Paths may be local or gs://.
+
+Input formats (never guessed): `lines`, one text per line; `jsonl`, one {"id", "text"} object per line
+(the id is echoed as it is). `--split` reads the workdir's corpus split instead. Input is read and
+predicted in chunks of `--chunk_size` texts. Output `jsonl`: {"id"?, "text", "entities": [{"start",
+"end", "type", "text", "score"}]} with character offsets (end exclusive). Texts longer than the
+model's max length go through sliding windows. Formats are the `READERS` / `WRITERS` registries.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
+import os
 import sys
+from collections.abc import Iterable, Iterator
 
 from absl import app, flags
 
-from gp_jax import checkpoint as ckpt_lib
-from gp_jax import factory
-from gp_jax import sharding as shd
-from gp_jax import state as state_lib
-from gp_jax import workdir as wd
-from gp_jax.evaluate import Evaluator
+from gp_jax import storage
+from gp_jax.export import ExportError
+from gp_jax.data import batching, merge, windows
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir, local or gs:// (config.json, types.json, "
                                "tokenizer/, best/ or ckpt/).")
-_INPUT = flags.DEFINE_string("input", "-", "Text file with one text per line, or '-' for standard input.")
-_OUTPUT = flags.DEFINE_string("output", "-", "Where to write JSON lines, or '-' for standard output.")
+_EXPORTED = flags.DEFINE_string("exported", None, "Folder written by `python -m gp_jax.export`, local or gs://.")
+_INPUT = flags.DEFINE_string("input", None, "Input file, local or gs://; '-' or unset: standard input.")
+_OUTPUT = flags.DEFINE_string("output", "-", "Output file, local or gs://; '-': standard output.")
+_INPUT_FORMAT = flags.DEFINE_string("input_format", "lines", "Input format: one of READERS (lines, jsonl).")
+_OUTPUT_FORMAT = flags.DEFINE_string("output_format", "jsonl", "Output format: one of WRITERS (jsonl).")
+_SPLIT = flags.DEFINE_string("split", None, "Predict the workdir's corpus split (train, dev or test) instead "
+                             "of --input.")
+_THRESHOLD = flags.DEFINE_float("threshold", None, "Span heads: keep spans with score > threshold (default 0). "
+                                "An error with a tagger head.")
 _BATCH = flags.DEFINE_integer("batch_size", 0, "Windows per batch (0 = the training config's eval_batch_size).")
+_CHUNK = flags.DEFINE_integer("chunk_size", 1000, "Texts read and predicted at a time.")
 
 
-class Predictor:
+class UserError(Exception):
+  """Bad flags or input; main prints the message as one line and exits with status 2."""
+
+
+# ----------------------------------------------------------------------------- formats
+
+
+def read_lines(f: Iterable[str], *, source: str) -> Iterator[dict]:
+  """One text per line (the line break is not part of the text)."""
+  del source
+  for line in f:
+    yield {"text": line.rstrip("\n").rstrip("\r")}
+
+
+def read_jsonl(f: Iterable[str], *, source: str) -> Iterator[dict]:
+  """One {"id", "text"} object per line; blank lines are skipped; the id keeps its JSON type."""
+  want = 'a JSON object {"id": ..., "text": "..."}'
+  for n, line in enumerate(f, 1):
+    if not line.strip():
+      continue
+    try:
+      obj = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise UserError(f"{source}:{n}: not JSON ({e.msg}); expected {want}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+      raise UserError(f"{source}:{n}: expected {want}, got {line.strip()[:80]}")
+    yield {"id": obj["id"], "text": obj["text"]} if "id" in obj else {"text": obj["text"]}
+
+
+def write_jsonl(dst, rows: Iterable[tuple[dict, list[dict]]]) -> None:
+  """One {"id"?, "text", "entities"} object per record (id only when the input had one)."""
+  for record, entities in rows:
+    out = {"id": record["id"]} if "id" in record else {}
+    out.update(text=record["text"], entities=entities)
+    dst.write(json.dumps(out, ensure_ascii=False) + "\n")
+
+
+# reader(text file, source=name) -> iterator of {"text", "id"?}; writer(text file, iterator of (record, entities)).
+READERS = {"lines": read_lines, "jsonl": read_jsonl}
+WRITERS = {"jsonl": write_jsonl}
+
+
+# ----------------------------------------------------------------------------- predictors
+
+
+def model_inputs(batch: dict) -> dict:
+  """Pipeline batch -> the arrays the model reads (features, attention_mask, span_mask, positions)."""
+  return {**batch["features"], **{k: batch[k] for k in ("attention_mask", "span_mask", "positions")}}
+
+
+def _check_threshold(threshold, *, head: str, tagger: bool):
+  if threshold is not None and tagger:
+    raise UserError(f"--threshold applies to span heads (keep spans with score > threshold); this model's head "
+                    f"({head}) is a tagger")
+  return threshold
+
+
+class _WindowPredictor:
+  """Texts -> windows -> batches -> `batch_hits` -> merged char spans. Subclasses set tokenizer, types,
+  window_options (prepare_split's max_len, stride, max_span_width), buckets, batch_size, batch_hits."""
+
+  def batch_hits(self, batch: dict):
+    """Pipeline batch -> every hit: (coords [N, 4] (row, type, start, end), scores [N]) as numpy."""
+    raise NotImplementedError
+
+  def predict(self, texts: list[str]) -> list[list[dict]]:
+    records = [{"id": str(n), "text": t, "entities": []} for n, t in enumerate(texts)]
+    prepared = windows.prepare_split(records, self.tokenizer, types=self.types, name="predict",
+                                     **self.window_options)
+    hits = []
+    for batch in batching.eval_batches(prepared, batch_size=self.batch_size, buckets=self.buckets):
+      coords, scores = self.batch_hits(batch)
+      hits.append(merge.batch_hits(batch["window_index"], coords, scores))
+    merged = merge.merge_predictions(prepared, merge.concat_hits(hits))
+    return [[{"start": int(e["start"]), "end": int(e["end"]), "type": e["type"],
+              "text": text[int(e["start"]):int(e["end"])], "score": round(float(e["score"]), 4)} for e in ents]
+            for text, ents in zip(texts, merged)]
+
+
+def _device_hits(params, batch, threshold, *, graphdef, rest, size, block_size, hit_sharding):
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  model = nnx.merge(graphdef, nnx.State(params), rest)
+  model.eval()
+  return model.head.decode_hits(model.encode(batch), batch["span_mask"], positions=batch["positions"], size=size,
+                                block_size=block_size, threshold=threshold, hit_sharding=hit_sharding)
+
+
+class Predictor(_WindowPredictor):
   """A trained model restored from a workdir: parameters only (best by dev F1, else the latest)."""
 
-  def __init__(self, workdir: str, *, batch_size: int = 0):
+  def __init__(self, workdir: str, *, batch_size: int = 0, threshold: float | None = None):
+    # pylint: disable=g-import-not-at-top
+    from gp_jax import checkpoint as ckpt_lib
+    from gp_jax import factory
+    from gp_jax import sharding as shd
+    from gp_jax import state as state_lib
+    from gp_jax import workdir as wd
+
     self.config = wd.load_config(workdir)
     self.types = wd.load_types(workdir)
     self.tokenizer = wd.load_tokenizer(workdir)
@@ -41,32 +152,143 @@ class Predictor:
                                          encoder_config=wd.load_encoder_config(workdir))
     mngr = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(workdir), keep=1)
     self.step, self.params = ckpt_lib.restore_params(mngr, state_lib.abstract_params(self.setup))
+    self.threshold = _check_threshold(threshold, head=self.config.model.head,
+                                      tagger=factory.tag_scheme(self.config) is not None)
     batch_size = batch_size or self.config.eval_batch_size
-    batch_size += -batch_size % mesh.size  # a multiple of the devices
-    self.evaluator = Evaluator(self.setup, batch_size=batch_size, progress=False)
+    self.batch_size = batch_size + -batch_size % mesh.size  # a multiple of the devices
+    self.window_options = factory.split_options(self.config)
+    self.buckets = self.config.data.buckets
+    self._size = max(64, self.batch_size * 32)
+    self._fns = {}
 
-  def predict(self, texts: list[str]) -> list[list[dict]]:
-    records = [{"id": str(n), "text": t, "entities": []} for n, t in enumerate(texts)]
-    prepared = factory.prepare_split(self.config, records, self.tokenizer, self.types, name="predict")
-    merged = self.evaluator.predict(self.params, prepared)
-    return [[{"start": int(e["start"]), "end": int(e["end"]), "type": e["type"],
-              "text": text[int(e["start"]):int(e["end"])], "score": round(float(e["score"]), 4)} for e in ents]
-            for text, ents in zip(texts, merged)]
+  def _fn(self, size: int):
+    import jax  # pylint: disable=g-import-not-at-top
+
+    from gp_jax import sharding as shd  # pylint: disable=g-import-not-at-top
+
+    if size not in self._fns:
+      s, repl = self.setup, shd.replicated(self.setup.mesh)
+      fn = functools.partial(_device_hits, graphdef=s.graphdef, rest=s.rest, size=size, block_size=s.block_size,
+                             hit_sharding=repl)
+      self._fns[size] = jax.jit(fn, out_shardings=repl)
+    return self._fns[size]
+
+  def batch_hits(self, batch):
+    import numpy as np  # pylint: disable=g-import-not-at-top
+
+    from gp_jax import sharding as shd  # pylint: disable=g-import-not-at-top
+
+    gb = shd.global_batch(model_inputs(batch), self.setup.mesh)
+    thr = np.float32(self.threshold or 0.0)
+    count, coords, scores = self._fn(self._size)(self.params, gb, thr)
+    if int(count) > self._size:  # grow the buffer (powers of two: few compiles) and run again
+      self._size = 1 << int(int(count) - 1).bit_length()
+      count, coords, scores = self._fn(self._size)(self.params, gb, thr)
+    count = int(count)
+    return np.asarray(coords)[:count], np.asarray(scores)[:count]
+
+
+class ExportedPredictor(_WindowPredictor):
+  """A folder written by `gp_jax.export`: jax and numpy only (no flax, orbax, ml_collections)."""
+
+  def __init__(self, directory: str, *, batch_size: int = 0, threshold: float | None = None):
+    from gp_jax import export  # pylint: disable=g-import-not-at-top
+
+    self.model = export.load_exported(directory)
+    m = self.model.manifest
+    self.manifest, self.types, self.tokenizer = m, self.model.types, self.model.tokenizer
+    self.threshold = _check_threshold(threshold, head=m["head"], tagger=m["tagger"])
+    self.batch_size = batch_size or m["batch_size"]
+    self.window_options = dict(max_len=m["max_len"], stride=m["stride"], max_span_width=m["max_span_width"])
+    self.buckets = m["buckets"]
+
+  def batch_hits(self, batch):
+    return self.model(model_inputs(batch), threshold=self.threshold)
+
+
+def predict_stream(predictor: _WindowPredictor, records: Iterable[dict], *,
+                   chunk_size: int = 1000) -> Iterator[tuple[dict, list[dict]]]:
+  """(record, entities) per record, reading `records` lazily, `chunk_size` at a time."""
+  it = iter(records)
+  while chunk := list(itertools.islice(it, max(1, chunk_size))):
+    yield from zip(chunk, predictor.predict([r["text"] for r in chunk]))
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def _split_records(workdir: str, split: str) -> list[dict]:
+  # pylint: disable=g-import-not-at-top
+  from gp_jax import workdir as wd
+  from gp_jax.data.sources import load_records
+
+  config = wd.load_config(workdir)
+  train, dev, test, _ = load_records(config.data, seed=config.seed)
+  splits = {"train": train, "dev": dev, "test": test}
+  if split not in splits:
+    raise UserError(f"--split must be one of {sorted(splits)}, got {split!r}")
+  return [{"id": r["id"], "text": r["text"]} for r in splits[split]]
+
+
+def _open(path: str, mode: str):
+  if storage.is_url(path):
+    return storage.path(path).open(mode)
+  if "w" in mode:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  return open(path, mode, encoding="utf-8")
+
+
+def _check_folder(path: str, marker: str, flag: str) -> None:
+  if not (storage.path(path) / marker).exists():
+    raise UserError(f"--{flag}={path}: no such folder, or it has no {marker}")
+
+
+def run(argv) -> None:
+  if len(argv) > 1:
+    raise UserError(f"unexpected arguments: {argv[1:]}")
+  if bool(_WORKDIR.value) == bool(_EXPORTED.value):
+    raise UserError("give exactly one of --workdir and --exported")
+  if _INPUT_FORMAT.value not in READERS:
+    raise UserError(f"--input_format must be one of {sorted(READERS)}, got {_INPUT_FORMAT.value!r}")
+  if _OUTPUT_FORMAT.value not in WRITERS:
+    raise UserError(f"--output_format must be one of {sorted(WRITERS)}, got {_OUTPUT_FORMAT.value!r}")
+  if _SPLIT.value and (_EXPORTED.value or _INPUT.value):
+    raise UserError("--split reads the workdir's corpus: give --workdir and no --input")
+  if _WORKDIR.value:
+    _check_folder(_WORKDIR.value, "config.json", "workdir")
+    predictor = Predictor(_WORKDIR.value, batch_size=_BATCH.value, threshold=_THRESHOLD.value)
+  else:
+    _check_folder(_EXPORTED.value, "manifest.json", "exported")
+    predictor = ExportedPredictor(_EXPORTED.value, batch_size=_BATCH.value, threshold=_THRESHOLD.value)
+
+  src = None
+  if _SPLIT.value:
+    records = _split_records(_WORKDIR.value, _SPLIT.value)
+  elif _INPUT.value in (None, "-"):
+    records = READERS[_INPUT_FORMAT.value](sys.stdin, source="<stdin>")
+  else:
+    if not storage.path(_INPUT.value).exists():
+      raise UserError(f"--input={_INPUT.value}: no such file")
+    src = _open(_INPUT.value, "r")
+    records = READERS[_INPUT_FORMAT.value](src, source=_INPUT.value)
+  dst = sys.stdout if _OUTPUT.value == "-" else _open(_OUTPUT.value, "w")
+  try:
+    WRITERS[_OUTPUT_FORMAT.value](dst, predict_stream(predictor, records, chunk_size=_CHUNK.value))
+  finally:
+    if src is not None:
+      src.close()
+    if dst is sys.stdout:
+      dst.flush()
+    else:
+      dst.close()
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not _WORKDIR.value:
-    raise app.UsageError("--workdir is required")
-  src = sys.stdin if _INPUT.value == "-" else open(_INPUT.value, encoding="utf-8")
-  texts = [line.rstrip("\n").rstrip("\r") for line in src]
-  predictor = Predictor(_WORKDIR.value, batch_size=_BATCH.value)
-  results = predictor.predict(texts)
-  dst = sys.stdout if _OUTPUT.value == "-" else open(_OUTPUT.value, "w", encoding="utf-8")
-  for text, ents in zip(texts, results):
-    dst.write(json.dumps({"text": text, "entities": ents}, ensure_ascii=False) + "\n")
-  dst.flush()
+  try:
+    run(argv)
+  except (UserError, ExportError) as e:
+    print(f"gp_jax.predict: {e}", file=sys.stderr)
+    sys.exit(2)
 
 
 if __name__ == "__main__":

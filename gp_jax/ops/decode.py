@@ -23,7 +23,9 @@ def gather_hits(hit, logits, *, size: int):
   B, H, L, M = hit.shape
   count = jnp.sum(hit, dtype=jnp.int32)
   rows_BHL = jnp.any(hit, axis=-1)
-  n_rows = min(size, B * H * L)  # every row holds >= 1 hit: the first `size` hits lie in the first `size` rows
+  # Every row holds >= 1 hit, so the first `size` hits lie in the first `size` rows. Symbolic shapes
+  # (jax.export) cannot be compared with an int: there the buffer keeps `size` rows.
+  n_rows = size if not isinstance(B * H * L, int) else min(size, B * H * L)
   b, h, i = jnp.nonzero(rows_BHL, size=n_rows, fill_value=0)
   row_ok = jnp.arange(n_rows) < jnp.sum(rows_BHL, dtype=jnp.int32)
   r, j = jnp.nonzero(hit[b, h, i] & row_ok[:, None], size=size, fill_value=0)

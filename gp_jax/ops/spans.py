@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+from jax import lax
 
 
 def span_scores(q, k):
@@ -20,8 +21,8 @@ def span_mask(attention_mask, *, max_span_width: int | None = None):
   """`[B, L]` {0,1} -> bool `[B, 1, L, L]`: i <= j, both tokens valid, and j - i < max_span_width."""
   valid_BL = jnp.asarray(attention_mask).astype(bool)
   length = valid_BL.shape[-1]
-  i = jnp.arange(length)[:, None]
-  j = jnp.arange(length)[None, :]
+  i = lax.broadcasted_iota(jnp.int32, (length, length), 0)  # also for a symbolic length (jax.export)
+  j = lax.broadcasted_iota(jnp.int32, (length, length), 1)
   allowed_LL = j >= i
   if max_span_width is not None:
     allowed_LL &= (j - i) < max_span_width

@@ -1,0 +1,369 @@
+"""Exports a trained workdir as a self-contained serving folder, and loads one back.
+
+  python -m gp_jax.export --workdir=W --out=DIR [--format=stablehlo|onnx] [--platforms=cpu,cuda,tpu]
+      [--hit_buffer=4096]
+
+The workdir is restored as `gp_jax.predict.Predictor` does (config, types, tokenizer, parameters from
+best/). DIR (local or gs://) holds:
+
+  model.jax_export  stablehlo: the serialized `jax.export.Exported` eval-mode forward, parameters inside;
+                    symbolic batch and length ("B, L"). Inputs: the tokenizer's features, attention_mask,
+                    span_mask, positions (int32 [B, L]), threshold (float32 []). Outputs: count (int32 []),
+                    coords (int32 [hit_buffer, 4] as (row, type, start, end)), hit_scores (float32
+                    [hit_buffer]), scores (span heads: float32 [B, H, L, L]; taggers: emissions [B, L, T]).
+  model.onnx        onnx: span heads only; inputs without threshold, one output `scores` [B, H, L, L]
+                    (hits are read on the host).
+  tokenizer/        the workdir's tokenizer
+  types.json        entity types, in head order
+  manifest.json     inputs and outputs (names, order), head kind, threshold, windows, hit buffer, versions
+
+`load_exported(dir)` reads such a folder back with jax and numpy only (no flax, orbax, ml_collections):
+a callable over a batch dict that returns hits. See docs/serving.md.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import tempfile
+
+import numpy as np
+
+from gp_jax import storage
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+MODEL_FILES = {"stablehlo": "model.jax_export", "onnx": "model.onnx"}
+BATCH_FIELDS = ("attention_mask", "span_mask", "positions")
+OUTPUTS = ("count", "coords", "hit_scores", "scores")
+DEFAULT_HIT_BUFFER = 4096
+SPAN_HEADS = ("standard", "efficient")
+
+
+class ExportError(Exception):
+  """A workdir or folder that cannot be exported or loaded; the message is one line for the user."""
+
+
+def input_names(feature_names) -> list[str]:
+  """The array inputs, in call order (the StableHLO function takes `threshold` after them)."""
+  return [*feature_names, *BATCH_FIELDS]
+
+
+# ----------------------------------------------------------------------------- the exported function
+
+
+def model_outputs(model, batch, *, threshold, size: int):
+  """Eval-mode model -> (count, coords [size, 4] (row, type, start, end), hit_scores [size], scores).
+
+  scores: span heads' logits [B, H, L, L] (masked cells hold the dtype's min); taggers' emissions
+  [B, L, T]. Hits are `ops.gather_hits`' (count may exceed size: the caller falls back)."""
+  hidden_BLD = model.encode(batch)
+  head = model.head
+  count, coords, hit_scores = head.decode_hits(hidden_BLD, batch["span_mask"], positions=batch["positions"],
+                                               size=size, threshold=threshold)
+  scores = head(hidden_BLD, batch["span_mask"], positions=batch["positions"])
+  return count, coords, hit_scores, scores
+
+
+def forward_fn(graphdef, params, rest, *, names, size: int):
+  """`(*arrays in names order, threshold) -> model_outputs(...)`, parameters closed over."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  def fn(*args):
+    *arrays, threshold = args
+    model = nnx.merge(graphdef, nnx.State(params), rest)
+    model.eval()
+    return model_outputs(model, dict(zip(names, arrays)), threshold=threshold, size=size)
+
+  return fn
+
+
+def _one_device(tree):
+  import jax  # pylint: disable=g-import-not-at-top
+
+  return jax.device_put(tree, jax.devices("cpu")[0] if jax.default_backend() == "cpu" else jax.devices()[0])
+
+
+def export_stablehlo(fn, *, num_arrays: int, platforms=None):
+  """`jax.export` of `fn` with symbolic (B, L) int32 arrays and a float32 threshold -> Exported."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  B, L = jax.export.symbolic_shape("B, L", constraints=("L >= 2",))  # lax.scan (CRF) needs L - 1 >= 1
+  args = [jax.ShapeDtypeStruct((B, L), jnp.int32)] * num_arrays + [jax.ShapeDtypeStruct((), jnp.float32)]
+  return jax.export.export(jax.jit(fn), platforms=platforms)(*args)
+
+
+def export_onnx(fn, *, names, path: str):
+  """Span scores only, through jax2onnx (symbolic B, L); threshold is not an input."""
+  try:
+    import jax2onnx  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ExportError("--format=onnx needs jax2onnx, which pins orbax-checkpoint<0.11.37 (below this "
+                      "project's): export from a separate environment, see docs/serving.md") from e
+
+  import jax  # pylint: disable=g-import-not-at-top
+
+  def scores_fn(*arrays):
+    return fn(*arrays, np.float32(0.0))[3]
+
+  spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape("B, L", constraints=("L >= 2",)), np.int32)
+  jax2onnx.to_onnx(scores_fn, [spec] * len(names), input_names=list(names), output_names=["scores"],
+                   return_mode="file", output_path=path)
+
+
+def _git_commit() -> str | None:
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  try:
+    head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=10)
+  except (OSError, subprocess.SubprocessError):
+    return None
+  if head.returncode:
+    return None
+  return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def _version() -> str | None:
+  try:
+    return importlib.metadata.version("gp_jax")
+  except importlib.metadata.PackageNotFoundError:
+    return None
+
+
+def export_workdir(workdir, out, *, fmt: str = "stablehlo", platforms=None, hit_buffer: int = DEFAULT_HIT_BUFFER,
+                   batch_size: int = 0) -> dict:
+  """Restores `workdir` (as predict does) and writes the serving folder `out`; returns the manifest."""
+  from gp_jax import predict  # pylint: disable=g-import-not-at-top
+
+  p = predict.Predictor(workdir)
+  return export_model(p.setup, p.params, out, fmt=fmt, platforms=platforms, hit_buffer=hit_buffer,
+                      batch_size=batch_size, extra={"step": int(p.step), "source_workdir": os.fspath(workdir)})
+
+
+def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
+                 hit_buffer: int = DEFAULT_HIT_BUFFER, batch_size: int = 0, extra: dict | None = None) -> dict:
+  """Writes the serving folder `out` for a `state.Setup` and its parameters; returns the manifest."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  if fmt not in MODEL_FILES:
+    raise ExportError(f"--format must be one of {sorted(MODEL_FILES)}, got {fmt!r}")
+  config, tokenizer, types = setup.config, setup.tokenizer, setup.types
+  head = config.model.head
+  is_tagger = head not in SPAN_HEADS
+  if fmt == "onnx" and is_tagger:
+    raise ExportError(f"--format=onnx exports span heads only ({', '.join(SPAN_HEADS)}); the {head} head decodes "
+                      "tags inside the function: use --format=stablehlo")
+  if is_tagger:
+    hit_buffer = max(hit_buffer, int(config.data.max_len))  # one window never overflows (see ExportedModel)
+  names = input_names(tokenizer.feature_names)
+  params, rest = _one_device(jax.device_get(params)), _one_device(setup.rest)
+  fn = forward_fn(setup.graphdef, params, rest, names=names, size=hit_buffer)
+  platforms = list(platforms) if platforms else [jax.default_backend()]
+
+  with tempfile.TemporaryDirectory(prefix="gp_jax_export_") as tmp:
+    model_path = os.path.join(tmp, MODEL_FILES[fmt])
+    if fmt == "stablehlo":
+      exported = export_stablehlo(fn, num_arrays=len(names), platforms=platforms)
+      with open(model_path, "wb") as f:
+        f.write(exported.serialize())
+    else:
+      export_onnx(fn, names=names, path=model_path)
+    tokenizer.save(os.path.join(tmp, "tokenizer"))
+    with open(os.path.join(tmp, "types.json"), "w", encoding="utf-8") as f:
+      json.dump(list(types), f, ensure_ascii=False)
+    d = config.data
+    int_input = lambda n: {"name": n, "dtype": "int32", "shape": ["B", "L"]}  # noqa: E731
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "format": fmt,
+        "file": MODEL_FILES[fmt],
+        "platforms": platforms if fmt == "stablehlo" else None,
+        "inputs": [int_input(n) for n in names]
+                  + ([{"name": "threshold", "dtype": "float32", "shape": []}] if fmt == "stablehlo" else []),
+        "outputs": list(OUTPUTS) if fmt == "stablehlo" else ["scores"],
+        "min_length": 2,  # L >= 2 (ExportedModel pads shorter batches)
+        "head": head,
+        "tagger": is_tagger,
+        "tag_scheme": config.model.tag_scheme if is_tagger else None,
+        "threshold": None if is_tagger else 0.0,
+        "num_types": len(types),
+        "max_len": int(d.max_len),
+        "stride": int(d.stride) or None,
+        "max_span_width": int(d.max_span_width) or None,
+        "buckets": [int(b) for b in d.buckets],
+        "batch_size": int(batch_size or config.eval_batch_size),
+        "hit_buffer": int(hit_buffer) if fmt == "stablehlo" else None,
+        **(extra or {}),
+        "gp_jax_version": _version(),
+        "git_commit": _git_commit(),
+        "jax_version": jax.__version__,
+    }
+    with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+      json.dump(manifest, f, indent=1)
+    storage.upload_dir(tmp, out)
+  return manifest
+
+
+# ----------------------------------------------------------------------------- loading (jax + numpy only)
+
+
+def host_span_hits(scores_BHLL, span_mask_BL, *, threshold: float, max_span_width=None):
+  """All hits of span logits on the host: (coords [N, 4] (row, type, start, end), scores [N]), row-major."""
+  scores_BHLL = np.asarray(scores_BHLL)
+  valid_BL = np.asarray(span_mask_BL).astype(bool)
+  L = valid_BL.shape[1]
+  i, j = np.arange(L)[:, None], np.arange(L)[None, :]
+  allowed_LL = j >= i
+  if max_span_width is not None:
+    allowed_LL &= (j - i) < max_span_width
+  mask_B1LL = (valid_BL[:, :, None] & valid_BL[:, None, :] & allowed_LL)[:, None]
+  coords_N4 = np.stack(np.nonzero((scores_BHLL > threshold) & mask_B1LL), axis=-1).astype(np.int32)
+  return coords_N4.reshape(-1, 4), scores_BHLL[tuple(coords_N4.T)].astype(np.float32)
+
+
+class ExportedModel:
+  """A serving folder loaded back: `model(batch)` -> (coords [N, 4] (row, type, start, end), scores [N]), every hit.
+
+  `batch` maps the manifest's input names to int32 [B, L] arrays (extra keys are ignored). `outputs(batch)`
+  gives the raw outputs (`OUTPUTS`; device arrays for StableHLO). A batch with more hits than the
+  exported buffer loses none: span heads read the score output on the host (`host_span_hits`),
+  taggers run again one row at a time (a row holds at most max_len <= hit_buffer hits).
+  """
+
+  def __init__(self, directory, *, tokenizer=None):
+    root = storage.path(directory)
+    if not (root / MANIFEST).exists():
+      raise ExportError(f"{os.fspath(directory)}: no {MANIFEST} (not a folder written by gp_jax.export)")
+    self.directory = os.fspath(directory)
+    self.manifest = storage.read_json(root / MANIFEST)
+    m = self.manifest
+    if m.get("format_version") != FORMAT_VERSION:
+      raise ExportError(f"{self.directory}: manifest format_version {m.get('format_version')}, this code reads "
+                        f"{FORMAT_VERSION}")
+    self.types = storage.read_json(root / "types.json")
+    self.tokenizer = tokenizer or _load_tokenizer(root / "tokenizer")
+    self.names = [x["name"] for x in m["inputs"] if x["name"] != "threshold"]
+    self.is_tagger = bool(m["tagger"])
+    self.threshold = m["threshold"]
+    blob = (root / m["file"]).read_bytes()
+    if m["format"] == "stablehlo":
+      import jax  # pylint: disable=g-import-not-at-top
+
+      exported = jax.export.deserialize(bytearray(blob))
+      self._call = jax.jit(exported.call)
+    elif m["format"] == "onnx":
+      import onnxruntime as ort  # pylint: disable=g-import-not-at-top
+
+      options = ort.SessionOptions()
+      options.log_severity_level = 3  # errors only
+      session = ort.InferenceSession(blob, options, providers=["CPUExecutionProvider"])
+      self._call = lambda *arrays: session.run(None, dict(zip(self.names, arrays)))
+    else:
+      raise ExportError(f"{self.directory}: unknown format {m['format']!r}")
+
+  def _arrays(self, batch):
+    return [np.asarray(batch[n], np.int32) for n in self.names]
+
+  def _pad(self, batch):
+    """Inputs only, with L >= min_length: padding columns are masked out (tokenizer pad values)."""
+    batch = {n: np.asarray(batch[n], np.int32) for n in self.names}
+    short = int(self.manifest.get("min_length", 1)) - batch["span_mask"].shape[1]
+    if short > 0:
+      pad = getattr(self.tokenizer, "pad_values", {})
+      batch = {n: np.pad(x, ((0, 0), (0, short)), constant_values=pad.get(n, 0)) for n, x in batch.items()}
+    return batch
+
+  def outputs(self, batch, *, threshold: float | None = None) -> dict:
+    """The artifact's outputs by name (StableHLO: count, coords, hit_scores, scores; ONNX: scores)."""
+    arrays = self._arrays(batch)
+    if self.manifest["format"] == "onnx":
+      return {"scores": self._call(*arrays)[0]}
+    thr = np.float32((self.threshold or 0.0) if threshold is None else threshold)
+    return dict(zip(OUTPUTS, self._call(*arrays, thr)))
+
+  def __call__(self, batch, *, threshold: float | None = None):
+    if self.is_tagger and threshold is not None:
+      raise ExportError(f"threshold applies to span heads; this model's head is {self.manifest['head']}")
+    thr = float(self.threshold or 0.0) if threshold is None else float(threshold)
+    batch = self._pad(batch)
+    out = self.outputs(batch, threshold=thr)
+    if "count" not in out:  # onnx: scores only
+      return host_span_hits(out["scores"], batch["span_mask"], threshold=thr,
+                            max_span_width=self.manifest["max_span_width"])
+    count, size = int(out["count"]), int(self.manifest["hit_buffer"])
+    if count <= size:
+      return np.asarray(out["coords"])[:count], np.asarray(out["hit_scores"])[:count]
+    if not self.is_tagger:
+      return host_span_hits(out["scores"], batch["span_mask"], threshold=thr,
+                            max_span_width=self.manifest["max_span_width"])
+    coords, scores = [], []
+    for b in range(np.asarray(batch["span_mask"]).shape[0]):
+      c, s = self({n: np.asarray(batch[n])[b:b + 1] for n in self.names})
+      coords.append(np.concatenate([np.full((c.shape[0], 1), b, np.int32), c[:, 1:]], axis=1))
+      scores.append(s)
+    return np.concatenate(coords).astype(np.int32), np.concatenate(scores)
+
+
+def _load_tokenizer(src):
+  """The saved tokenizer; the char tokenizer is read directly (no transformers)."""
+  with tempfile.TemporaryDirectory(prefix="gp_jax_tok_") as tmp:
+    local = storage.download_dir(src, tmp) if storage.is_url(os.fspath(src)) else os.fspath(src)
+    manifest = json.loads(open(os.path.join(local, "gp_jax_tokenizer.json"), encoding="utf-8").read())
+    if manifest.get("kind") == "char":
+      from gp_jax.data.char_tokenizer import CharTokenizer  # pylint: disable=g-import-not-at-top
+
+      return CharTokenizer.load(local)
+    from gp_jax.data.tokenize import load_tokenizer  # pylint: disable=g-import-not-at-top
+
+    return load_tokenizer(local)
+
+
+def load_exported(directory) -> ExportedModel:
+  """The serving folder `directory` (local or gs://) as a callable: batch dict -> (coords [N, 4], scores [N])."""
+  return ExportedModel(directory)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def _define_flags():
+  from absl import flags  # pylint: disable=g-import-not-at-top
+
+  from gp_jax import predict  # pylint: disable=g-import-not-at-top,unused-import  (defines --workdir, --batch_size)
+
+  flags.DEFINE_string("out", None, "Folder to write, local or gs://.")
+  flags.DEFINE_enum("format", "stablehlo", sorted(MODEL_FILES), "Serialized artifact format.")
+  flags.DEFINE_list("platforms", [], "StableHLO lowering platforms (cpu, cuda, tpu); default: this machine's.")
+  flags.DEFINE_integer("hit_buffer", DEFAULT_HIT_BUFFER, "Hits one call returns on device (more fall back to "
+                       "the scores output).")
+  return flags.FLAGS
+
+
+def main(argv, flags_):
+  import sys  # pylint: disable=g-import-not-at-top
+
+  if len(argv) > 1:
+    print(f"gp_jax.export: unexpected arguments {argv[1:]}", file=sys.stderr)
+    sys.exit(2)
+  try:
+    if not flags_.workdir or not flags_.out:
+      raise ExportError("--workdir and --out are required")
+    if not (storage.path(flags_.workdir) / "config.json").exists():
+      raise ExportError(f"{flags_.workdir}: not a training workdir (no config.json)")
+    manifest = export_workdir(flags_.workdir, flags_.out, fmt=flags_.format, platforms=flags_.platforms or None,
+                              hit_buffer=flags_.hit_buffer, batch_size=flags_.batch_size)
+  except ExportError as e:
+    print(f"gp_jax.export: {e}", file=sys.stderr)
+    sys.exit(2)
+  print(f"Exported {manifest['head']} head (step {manifest['step']}) as {manifest['format']} to {flags_.out}")
+
+
+if __name__ == "__main__":
+  from absl import app  # pylint: disable=g-import-not-at-top
+
+  _FLAGS = _define_flags()
+  app.run(lambda argv: main(argv, _FLAGS))

@@ -1,0 +1,258 @@
+"""Export (gp_jax.export) and prediction from the exported folder (gp_jax.predict --exported): the artifact
+equals the in-process model exactly, predicts without flax/orbax/ml_collections, never drops hits; predict's
+formats, threshold, streaming, user errors and gs:// paths."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from gp_jax import export, predict
+from gp_jax.data import batching, windows
+from tests import helpers_train as ht
+from tests.e2e.test_predict import CASES
+
+TEXTS = [t for t, _ in CASES]
+# Makes flax, orbax and ml_collections unimportable, then runs gp_jax.predict.
+BLOCKED = ("flax", "orbax", "ml_collections")
+PRELUDE = f"""
+import sys
+class _Block:
+  def find_spec(self, name, path=None, target=None):
+    if name.split(".")[0] in {BLOCKED!r}:
+      raise ImportError("blocked in this test: " + name)
+    return None
+sys.meta_path.insert(0, _Block())
+from absl import app
+from gp_jax import predict
+sys.argv[0] = "gp_jax.predict"
+app.run(predict.main)
+"""
+
+
+def _predict_cmd(*flags, blocked: bool = False):
+  head = ["-c", PRELUDE] if blocked else ["-m", "gp_jax.predict"]
+  return [sys.executable, *head, *flags]
+
+
+def _run(cmd, *, stdin: str = "", env=None):
+  return subprocess.run(cmd, input=stdin, cwd=ht.REPO, env=env or ht.subprocess_env(devices=1), text=True,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=180)
+
+
+def _batch(predictor, texts, *, pipeline: bool = False):
+  """The one eval batch of `texts` as the predictor cuts it: model inputs (or the pipeline batch)."""
+  records = [{"id": str(n), "text": t, "entities": []} for n, t in enumerate(texts)]
+  prepared = windows.prepare_split(records, predictor.tokenizer, types=predictor.types, name="t",
+                                   **predictor.window_options)
+  batches = list(batching.eval_batches(prepared, batch_size=16, buckets=predictor.buckets))
+  assert len(batches) == 1
+  return batches[0] if pipeline else predict.model_inputs(batches[0])
+
+
+def _assert_same_predictions(got, want):
+  """Equal entity lists; scores (rounded to 4 places) within 2e-4: a sharded batch or another runtime sums
+  in another order, which can flip the last rounded digit."""
+  assert len(got) == len(want)
+  for g, w in zip(got, want):
+    assert [{**e, "score": None} for e in g] == [{**e, "score": None} for e in w]
+    np.testing.assert_allclose([e["score"] for e in g], [e["score"] for e in w], atol=2e-4)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  workdir, _ = ht.trained_workdir(tmp_path_factory)
+  out = str(tmp_path_factory.mktemp("exported"))
+  export.export_workdir(workdir, out)
+  return workdir, out, predict.Predictor(workdir)
+
+
+def test_artifact_equals_in_process_model(trained):
+  workdir, out, p = trained
+  m = export.load_exported(out)
+  assert m.manifest["head"] == "standard" and m.manifest["step"] == p.step and m.manifest["max_len"] == 48
+  assert [x["name"] for x in m.manifest["inputs"]] == [*p.tokenizer.feature_names, "attention_mask", "span_mask",
+                                                      "positions", "threshold"]
+  assert m.types == p.types and os.path.exists(os.path.join(out, "tokenizer", "gp_jax_tokenizer.json"))
+  batch = _batch(p, TEXTS)
+  names = export.input_names(p.tokenizer.feature_names)
+  params = export._one_device(jax.device_get(p.params))
+  rest = export._one_device(p.setup.rest)
+  fn = jax.jit(export.forward_fn(p.setup.graphdef, params, rest, names=names, size=m.manifest["hit_buffer"]))
+  want = fn(*[batch[n] for n in names], np.float32(0.0))
+  got = m.outputs(batch)
+  for name, w in zip(export.OUTPUTS, want):
+    np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(w), err_msg=name)
+  count = int(got["count"])
+  assert 0 < count < m.manifest["hit_buffer"]
+  got_coords, got_scores = m(batch)
+  np.testing.assert_array_equal(got_coords, np.asarray(want[1])[:count])
+  np.testing.assert_array_equal(got_scores, np.asarray(want[2])[:count])
+  # The workdir predictor's hits (batch sharded over the fake devices) are the same hits.
+  coords, scores = p.batch_hits(_batch(p, TEXTS, pipeline=True))
+  np.testing.assert_array_equal(coords, got_coords)
+  np.testing.assert_allclose(scores, got_scores, rtol=1e-5)  # sharded batch: another summation order
+
+
+def test_exported_predicts_without_flax_orbax_ml_collections(trained):
+  workdir, out, p = trained
+  rows = [{"id": n, "text": t} for n, t in enumerate(TEXTS)]
+  proc = _run(_predict_cmd(f"--exported={out}", "--input_format=jsonl", "--batch_size=4", blocked=True),
+              stdin="".join(json.dumps(r) + "\n" for r in rows))
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  got = [json.loads(line) for line in proc.stdout.splitlines()]
+  assert [r["id"] for r in got] == list(range(len(TEXTS)))  # ints stay ints
+  _assert_same_predictions([r["entities"] for r in got], p.predict(TEXTS))
+  assert any(r["entities"] for r in got)
+
+
+def test_overflowing_hit_buffer_loses_nothing(trained, tmp_path):
+  workdir, out, p = trained
+  small = str(tmp_path / "small")
+  export.export_workdir(workdir, small, hit_buffer=2)
+  m = export.load_exported(small)
+  batch = _batch(p, TEXTS)
+  assert int(m.outputs(batch)["count"]) > 2  # really overflows
+  _assert_same_predictions(predict.ExportedPredictor(small).predict(TEXTS), p.predict(TEXTS))
+
+
+@pytest.fixture(scope="module")
+def untrained(tmp_path_factory):
+  """head -> (setup, params, folder exported with hit_buffer=1): an untrained model, many hits, so every
+  batch overflows the buffer (taggers' buffer is raised to max_len; a batch holds more)."""
+  from gp_jax import sharding as shd
+  from gp_jax import state as state_lib
+  from gp_jax.data.char_tokenizer import CharTokenizer
+
+  cache = {}
+
+  def get(head):
+    if head not in cache:
+      config = ht.tiny_config(**{"model.head": head})
+      tokenizer = CharTokenizer.build(TEXTS, min_freq=1, bigram_min_freq=1)
+      mesh = shd.make_mesh(1, 1, devices=jax.devices()[:1])
+      setup, params = state_lib.init_model(config, tokenizer, ["BOX", "CAP", "NUM"], mesh)
+      out = str(tmp_path_factory.mktemp(head))
+      export.export_model(setup, params, out, hit_buffer=1)
+      cache[head] = setup, params, out
+    return cache[head]
+
+  return get
+
+
+@pytest.mark.parametrize("head", ["standard", "efficient", "softmax", "crf"])
+def test_every_head_exports_and_overflow_loses_nothing(head, untrained):
+  setup, params, out = untrained(head)
+  m = export.load_exported(out)
+  assert m.is_tagger == (head in ("softmax", "crf"))
+  assert m.manifest["hit_buffer"] == (48 if m.is_tagger else 1)
+  batch = _batch(predict.ExportedPredictor(out), TEXTS)
+  assert int(m.outputs(batch)["count"]) > m.manifest["hit_buffer"]
+  names = export.input_names(setup.tokenizer.feature_names)
+  fn = jax.jit(export.forward_fn(setup.graphdef, params, setup.rest, names=names, size=1 << 14))
+  count, coords, hit_scores, _ = fn(*[batch[n] for n in names], np.float32(0.0))
+  count = int(count)
+  assert 0 < count < 1 << 14
+  got_coords, got_scores = m(batch)
+  np.testing.assert_array_equal(got_coords, np.asarray(coords)[:count])
+  np.testing.assert_allclose(got_scores, np.asarray(hit_scores)[:count], rtol=1e-5, atol=1e-5)  # another compile
+  # A one-column batch (L = 1 < the exported minimum 2) is padded, not refused.
+  m({n: np.asarray(batch[n])[:, :1] for n in names})
+
+
+def test_onnx_scores_within_1e4(trained, tmp_path):
+  pytest.importorskip("jax2onnx", reason="jax2onnx pins orbax-checkpoint<0.11.37, below ours: ONNX export runs "
+                      "in a separate environment (docs/serving.md)")
+  pytest.importorskip("onnxruntime")
+  workdir, out, p = trained
+  onnx_dir = str(tmp_path / "onnx")
+  export.export_workdir(workdir, onnx_dir, fmt="onnx")
+  m, ref = export.load_exported(onnx_dir), export.load_exported(out)
+  batch = _batch(p, TEXTS)
+  want = np.asarray(ref.outputs(batch)["scores"])
+  got = np.asarray(m.outputs(batch)["scores"])
+  valid = want > np.finfo(np.float32).min / 2
+  np.testing.assert_allclose(got[valid], want[valid], atol=1e-4)
+  _assert_same_predictions(predict.ExportedPredictor(onnx_dir).predict(TEXTS), p.predict(TEXTS))
+
+
+def test_threshold_and_streaming(trained):
+  workdir, out, p = trained
+  default = predict.ExportedPredictor(out)
+  low, high = default.predict(TEXTS), predict.ExportedPredictor(out, threshold=2.0).predict(TEXTS)
+  for a, b in zip(low, high):
+    assert b == [e for e in a if e["score"] > 2.0]
+  assert sum(map(len, high)) < sum(map(len, low))
+  p.threshold = 2.0  # the workdir predictor: threshold is an argument of its jitted step
+  try:
+    _assert_same_predictions(p.predict(TEXTS), high)
+  finally:
+    p.threshold = None
+
+  pulled = []
+
+  def records():
+    for n, t in enumerate(TEXTS * 3):
+      pulled.append(n)
+      yield {"id": n, "text": t}
+
+  stream = predict.predict_stream(default, records(), chunk_size=4)
+  first = next(stream)
+  assert first[0]["id"] == 0 and len(pulled) == 4  # one chunk read, not the whole input
+  rest = list(stream)
+  assert len(pulled) == len(TEXTS) * 3 == 1 + len(rest)
+  assert [ents for _, ents in [first, *rest]] == low * 3
+
+
+def test_split_reads_the_workdir_corpus(trained):
+  from gp_jax import workdir as wd
+  from gp_jax.data.sources import load_records
+
+  workdir, _, _ = trained
+  config = wd.load_config(workdir)
+  test = load_records(config.data, seed=config.seed)[2]
+  got = predict._split_records(workdir, "test")
+  assert got == [{"id": r["id"], "text": r["text"]} for r in test] and got
+
+
+def test_user_errors_one_line_exit_2(trained, untrained, tmp_path):
+  workdir, out, _ = trained
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text('{"id": 1, "text": "ok"}\n{"id": 2}\n')
+  tagger = untrained("crf")[2]
+  cases = [
+      (["--exported=" + out, f"--input={bad}", "--input_format=jsonl"], f"{bad}:2: expected a JSON object"),
+      (["--exported=" + str(tmp_path / "missing")], "no such folder"),
+      (["--workdir=" + str(tmp_path / "missing")], "no such folder"),
+      (["--exported=" + tagger, "--threshold=0.5"], "is a tagger"),
+      (["--exported=" + out, "--input_format=csv"], "--input_format must be one of"),
+  ]
+  for flags, message in cases:
+    proc = _run(_predict_cmd(*flags), stdin="x\n")
+    assert proc.returncode == 2, (flags, proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], (flags, proc.stderr[-2000:])
+
+
+def test_gs_paths_in_and_out(trained, gcs_env, tmp_path):
+  from etils import epath
+
+  workdir, out, p = trained
+  from gp_jax import storage
+
+  storage.upload_dir(out, "gs://bucket/exported")
+  epath.Path("gs://bucket/in.txt").write_text("".join(t + "\n" for t in TEXTS[:4]))
+  env = ht.subprocess_env(devices=1, **gcs_env)
+  proc = _run(_predict_cmd("--exported=gs://bucket/exported", "--input=gs://bucket/in.txt",
+                           "--output=gs://bucket/out/pred.jsonl"), env=env)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  rows = [json.loads(line) for line in epath.Path("gs://bucket/out/pred.jsonl").read_text().splitlines()]
+  assert [r["text"] for r in rows] == TEXTS[:4] and "id" not in rows[0]
+  _assert_same_predictions([r["entities"] for r in rows], p.predict(TEXTS[:4]))
+
+
+from tests.e2e.test_gcs import gcs_env  # noqa: E402,F401  (the emulator fixture)
