@@ -15,7 +15,7 @@ from gp_jax import reporting
 from gp_jax import sharding as shd
 from gp_jax.data import batching, merge
 from gp_jax.metrics import span_prf
-from gp_jax.steps import make_eval_step
+from gp_jax.steps import HitDecoder
 
 log = logging.getLogger(__name__)
 
@@ -37,33 +37,17 @@ class Evaluator:
     self.setup = setup
     self.batch_size = batch_size
     self.progress = progress
-    self._fns = {}
-
-  def _fn(self, size: int):
-    if size not in self._fns:
-      self._fns[size] = make_eval_step(self.setup, size=size)
-    return self._fns[size]
+    self.decoder = HitDecoder(setup, batch_size=batch_size)
 
   def hits(self, params, prepared, *, desc: str = "eval") -> dict[str, np.ndarray]:
     """Hit columns {"window", "start", "end", "type", "score"} over every window of `prepared`."""
     s = self.setup
     batches = batching.eval_batches(prepared, batch_size=self.batch_size, buckets=s.config.data.buckets,
                                     process_index=jax.process_index(), process_count=jax.process_count())
-    hits = []
-    size = max(64, self.batch_size * 32)
-    for batch in reporting.progress(batches, total=len(batches), desc=desc, enabled=self.progress):
-      gb = shd.global_batch(model_batch(batch), s.mesh)
-      count, coords, scores = self._fn(size)(params, gb)
-      count = int(count)
-      if count > size:
-        size = 1 << int(count - 1).bit_length()
-        log.info("%s: %d hits in one batch, growing the hit buffer to %d", desc, count, size)
-        count, coords, scores = self._fn(size)(params, gb)
-        count = int(count)
-      coords = np.asarray(coords)[:count]
-      hits.append({"window": coords[:, 0], "start": coords[:, 1], "end": coords[:, 2], "type": coords[:, 3],
-                   "score": np.asarray(scores)[:count]})
-    return merge.concat_hits(hits)
+    self.decoder.name = desc
+    return merge.concat_hits([self.decoder(params, shd.global_batch(model_batch(batch), s.mesh))
+                              for batch in reporting.progress(batches, total=len(batches), desc=desc,
+                                                              enabled=self.progress)])
 
   def predict(self, params, prepared, *, desc: str = "predict"):
     """Per record, entity dicts {"start", "end", "type", "score"} (char offsets)."""

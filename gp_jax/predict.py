@@ -17,7 +17,6 @@ model's max length go through sliding windows. Formats are the `READERS` / `WRIT
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import os
@@ -28,15 +27,18 @@ from absl import app, flags
 
 from gp_jax import storage
 from gp_jax.export import ExportError
-from gp_jax.data import batching, merge, windows
+from gp_jax.data import batching, cblue, merge, windows
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir, local or gs:// (config.json, types.json, "
                                "tokenizer/, best/ or ckpt/).")
 _EXPORTED = flags.DEFINE_string("exported", None, "Folder written by `python -m gp_jax.export`, local or gs://.")
 _INPUT = flags.DEFINE_string("input", None, "Input file, local or gs://; '-' or unset: standard input.")
-_OUTPUT = flags.DEFINE_string("output", "-", "Output file, local or gs://; '-': standard output.")
-_INPUT_FORMAT = flags.DEFINE_string("input_format", "lines", "Input format: one of READERS (lines, jsonl).")
-_OUTPUT_FORMAT = flags.DEFINE_string("output_format", "jsonl", "Output format: one of WRITERS (jsonl).")
+_OUTPUT = flags.DEFINE_string("output", "-", "Output file, local or gs://; '-': standard output; an existing folder: "
+                               "the format's file in it (CMeEE_test.json, cluener_predict.json, predictions.jsonl).")
+_INPUT_FORMAT = flags.DEFINE_string("input_format", "lines", "Input format: lines (one text per line), jsonl "
+                                     "({\"id\", \"text\"} per line) or cblue (a CBLUE/CMeEE JSON array).")
+_OUTPUT_FORMAT = flags.DEFINE_string("output_format", "jsonl", "Output format: jsonl (ours), cmeee (the CMeEE "
+                                      "submission array) or cluener (the CLUENER submission lines).")
 _SPLIT = flags.DEFINE_string("split", None, "Predict the workdir's corpus split (train, dev or test) instead "
                              "of --input.")
 _THRESHOLD = flags.DEFINE_float("threshold", None, "Span heads: keep spans with score > threshold (default 0). "
@@ -82,9 +84,33 @@ def write_jsonl(dst, rows: Iterable[tuple[dict, list[dict]]]) -> None:
     dst.write(json.dumps(out, ensure_ascii=False) + "\n")
 
 
+def read_cblue(f: Iterable[str], *, source: str) -> Iterator[dict]:
+  """A CBLUE/CMeEE JSON array (e.g. CMeEE_test.json), streamed record by record (`data.cblue.iter_cblue_file`);
+  the input record is kept whole for the cmeee writer."""
+  for index, obj in cblue.iter_cblue_file(f, source=source):
+    yield {"id": index, "text": obj["text"], "record": obj}
+
+
+def write_cmeee(dst, rows: Iterable[tuple[dict, list[dict]]]) -> None:
+  """The CMeEE submission: the input records, same count and order, with "entities" filled (end_idx inclusive)."""
+  dst.write("[")
+  for n, (record, entities) in enumerate(rows):
+    out = cblue.to_cmeee(record.get("record", {"text": record["text"]}), entities)
+    dst.write(("," if n else "") + "\n" + json.dumps(out, ensure_ascii=False))
+  dst.write("\n]\n")
+
+
+def write_cluener(dst, rows: Iterable[tuple[dict, list[dict]]]) -> None:
+  """The CLUENER submission: one {"id", "label": {type: {mention: [[start, end_inclusive], ...]}}} per line."""
+  for n, (record, entities) in enumerate(rows):
+    dst.write(cblue.cluener_line(record.get("id", n), record["text"], entities) + "\n")
+
+
 # reader(text file, source=name) -> iterator of {"text", "id"?}; writer(text file, iterator of (record, entities)).
-READERS = {"lines": read_lines, "jsonl": read_jsonl}
-WRITERS = {"jsonl": write_jsonl}
+READERS = {"lines": read_lines, "jsonl": read_jsonl, "cblue": read_cblue}
+WRITERS = {"jsonl": write_jsonl, "cmeee": write_cmeee, "cluener": write_cluener}
+# The file written when --output is a folder.
+OUTPUT_NAMES = {"jsonl": "predictions.jsonl", "cmeee": "CMeEE_test.json", "cluener": "cluener_predict.json"}
 
 
 # ----------------------------------------------------------------------------- predictors
@@ -103,34 +129,23 @@ def _check_threshold(threshold, *, head: str, tagger: bool):
 
 
 class _WindowPredictor:
-  """Texts -> windows -> batches -> `batch_hits` -> merged char spans. Subclasses set tokenizer, types,
-  window_options (prepare_split's max_len, stride, max_span_width), buckets, batch_size, batch_hits."""
+  """Texts -> windows -> batches -> `window_hits` -> merged char spans. Subclasses set tokenizer, types,
+  window_options (prepare_split's max_len, stride, max_span_width), buckets, batch_size, window_hits."""
 
-  def batch_hits(self, batch: dict):
-    """Pipeline batch -> every hit: (coords [N, 4] (row, type, start, end), scores [N]) as numpy."""
+  def window_hits(self, batch: dict) -> dict:
+    """Pipeline batch -> every hit as window columns (`merge.batch_hits`)."""
     raise NotImplementedError
 
   def predict(self, texts: list[str]) -> list[list[dict]]:
     records = [{"id": str(n), "text": t, "entities": []} for n, t in enumerate(texts)]
     prepared = windows.prepare_split(records, self.tokenizer, types=self.types, name="predict",
                                      **self.window_options)
-    hits = []
-    for batch in batching.eval_batches(prepared, batch_size=self.batch_size, buckets=self.buckets):
-      coords, scores = self.batch_hits(batch)
-      hits.append(merge.batch_hits(batch["window_index"], coords, scores))
+    hits = [self.window_hits(batch)
+            for batch in batching.eval_batches(prepared, batch_size=self.batch_size, buckets=self.buckets)]
     merged = merge.merge_predictions(prepared, merge.concat_hits(hits))
     return [[{"start": int(e["start"]), "end": int(e["end"]), "type": e["type"],
               "text": text[int(e["start"]):int(e["end"])], "score": round(float(e["score"]), 4)} for e in ents]
             for text, ents in zip(texts, merged)]
-
-
-def _device_hits(params, batch, threshold, *, graphdef, rest, size, block_size, hit_sharding):
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-
-  model = nnx.merge(graphdef, nnx.State(params), rest)
-  model.eval()
-  return model.head.decode_hits(model.encode(batch), batch["span_mask"], positions=batch["positions"], size=size,
-                                block_size=block_size, threshold=threshold, hit_sharding=hit_sharding)
 
 
 class Predictor(_WindowPredictor):
@@ -143,6 +158,7 @@ class Predictor(_WindowPredictor):
     from gp_jax import sharding as shd
     from gp_jax import state as state_lib
     from gp_jax import workdir as wd
+    from gp_jax.steps import HitDecoder
 
     self.config = wd.load_config(workdir)
     self.types = wd.load_types(workdir)
@@ -158,34 +174,13 @@ class Predictor(_WindowPredictor):
     self.batch_size = batch_size + -batch_size % mesh.size  # a multiple of the devices
     self.window_options = factory.split_options(self.config)
     self.buckets = self.config.data.buckets
-    self._size = max(64, self.batch_size * 32)
-    self._fns = {}
+    self.decoder = HitDecoder(self.setup, batch_size=self.batch_size, name="predict")
 
-  def _fn(self, size: int):
-    import jax  # pylint: disable=g-import-not-at-top
-
+  def window_hits(self, batch):
     from gp_jax import sharding as shd  # pylint: disable=g-import-not-at-top
+    from gp_jax.evaluate import model_batch  # pylint: disable=g-import-not-at-top
 
-    if size not in self._fns:
-      s, repl = self.setup, shd.replicated(self.setup.mesh)
-      fn = functools.partial(_device_hits, graphdef=s.graphdef, rest=s.rest, size=size, block_size=s.block_size,
-                             hit_sharding=repl)
-      self._fns[size] = jax.jit(fn, out_shardings=repl)
-    return self._fns[size]
-
-  def batch_hits(self, batch):
-    import numpy as np  # pylint: disable=g-import-not-at-top
-
-    from gp_jax import sharding as shd  # pylint: disable=g-import-not-at-top
-
-    gb = shd.global_batch(model_inputs(batch), self.setup.mesh)
-    thr = np.float32(self.threshold or 0.0)
-    count, coords, scores = self._fn(self._size)(self.params, gb, thr)
-    if int(count) > self._size:  # grow the buffer (powers of two: few compiles) and run again
-      self._size = 1 << int(int(count) - 1).bit_length()
-      count, coords, scores = self._fn(self._size)(self.params, gb, thr)
-    count = int(count)
-    return np.asarray(coords)[:count], np.asarray(scores)[:count]
+    return self.decoder(self.params, shd.global_batch(model_batch(batch), self.setup.mesh), self.threshold or 0.0)
 
 
 class ExportedPredictor(_WindowPredictor):
@@ -202,8 +197,8 @@ class ExportedPredictor(_WindowPredictor):
     self.window_options = dict(max_len=m["max_len"], stride=m["stride"], max_span_width=m["max_span_width"])
     self.buckets = m["buckets"]
 
-  def batch_hits(self, batch):
-    return self.model(model_inputs(batch), threshold=self.threshold)
+  def window_hits(self, batch):
+    return merge.batch_hits(batch["window_index"], *self.model(model_inputs(batch), threshold=self.threshold))
 
 
 def predict_stream(predictor: _WindowPredictor, records: Iterable[dict], *,
@@ -271,7 +266,10 @@ def run(argv) -> None:
       raise UserError(f"--input={_INPUT.value}: no such file")
     src = _open(_INPUT.value, "r")
     records = READERS[_INPUT_FORMAT.value](src, source=_INPUT.value)
-  dst = sys.stdout if _OUTPUT.value == "-" else _open(_OUTPUT.value, "w")
+  output = _OUTPUT.value
+  if output != "-" and storage.path(output).is_dir():
+    output = os.fspath(storage.path(output) / OUTPUT_NAMES[_OUTPUT_FORMAT.value])
+  dst = sys.stdout if output == "-" else _open(output, "w")
   try:
     WRITERS[_OUTPUT_FORMAT.value](dst, predict_stream(predictor, records, chunk_size=_CHUNK.value))
   finally:

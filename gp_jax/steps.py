@@ -1,5 +1,5 @@
 """The jitted steps: `make_train_step` is the only place the train step is jitted, `make_eval_step` the
-only place the eval step is. Training, evaluation, predict, tests and benchmarks call these.
+only place the eval step is (`HitDecoder` wraps it with a growing hit buffer). Training, evaluation, predict, tests and benchmarks call these.
 
 The step bodies are pure functions of (state, batch) with the model's graph and non-parameter variables
 bound by `functools.partial`; `setup` is a `state.Setup` (graphdef, rest, mesh, shardings).
@@ -8,14 +8,19 @@ bound by `functools.partial`; `setup` is a `state.Setup` (graphdef, rest, mesh, 
 from __future__ import annotations
 
 import functools
+import logging
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
+from gp_jax.data import merge
+
+log = logging.getLogger(__name__)
 
 
 def train_step(state, batch, *, graphdef, rest, tx, loss_kind, block_size=None, step_transform=None):
@@ -59,18 +64,46 @@ def make_train_step(setup, tx, *, loss_kind: str, step_transform=None, donate: b
                  donate_argnums=0 if donate else ())
 
 
-def eval_step(params, batch, *, graphdef, rest, size: int, block_size=None, hit_sharding=None):
-  """Hits on device: (count, [size, 4] (window, start, end, type), scores [size])."""
+def eval_step(params, batch, threshold=0.0, *, graphdef, rest, size: int, block_size=None, hit_sharding=None):
+  """Hits on device: (count, coords [size, 4] (row, type, start, end), scores [size], the batch's window_index
+  [B]); span heads keep cells with score > threshold. Rows become windows on the host (`merge.batch_hits`)."""
   model = nnx.merge(graphdef, nnx.State(params), rest)
   model.eval()
-  count, coords, scores = model.decode_hits(batch, size=size, block_size=block_size, hit_sharding=hit_sharding)
-  b, h, i, j = coords.T
-  return count, jnp.stack([batch["window_index"][b], i, j, h], axis=-1), scores
+  count, coords, scores = model.decode_hits(batch, size=size, block_size=block_size, threshold=threshold,
+                                            hit_sharding=hit_sharding)
+  return count, coords, scores, batch["window_index"]
 
 
 def make_eval_step(setup, *, size: int):
-  """`eval_step` jitted for a hit buffer of `size`: (params, global batch) -> (count, coords, scores)."""
+  """`eval_step` jitted for a hit buffer of `size`: (params, global batch, threshold) -> its four outputs."""
   repl = shd.replicated(setup.mesh)
   fn = functools.partial(eval_step, graphdef=setup.graphdef, rest=setup.rest, size=size,
                          block_size=setup.block_size, hit_sharding=repl)
   return jax.jit(fn, out_shardings=repl)
+
+
+class HitDecoder:
+  """Every hit of a batch, whatever their number: the eval step with a hit buffer that grows (powers of two, so
+  few compiles) when a batch has more hits than it holds."""
+
+  def __init__(self, setup, *, batch_size: int, name: str = "eval"):
+    self.setup, self.name = setup, name
+    self.size = max(64, batch_size * 32)
+    self._fns = {}
+
+  def _fn(self, size: int):
+    if size not in self._fns:
+      self._fns[size] = make_eval_step(self.setup, size=size)
+    return self._fns[size]
+
+  def __call__(self, params, global_batch, threshold: float = 0.0) -> dict[str, np.ndarray]:
+    """Window hit columns {"window", "start", "end", "type", "score"} (`merge.batch_hits`) of the global batch."""
+    thr = np.float32(threshold)
+    out = self._fn(self.size)(params, global_batch, thr)
+    if int(out[0]) > self.size:
+      self.size = 1 << int(int(out[0]) - 1).bit_length()
+      log.info("%s: %d hits in one batch, growing the hit buffer to %d", self.name, int(out[0]), self.size)
+      out = self._fn(self.size)(params, global_batch, thr)
+    count, coords, scores, window_B = out
+    count = int(count)
+    return merge.batch_hits(np.asarray(window_B), np.asarray(coords)[:count], np.asarray(scores)[:count])

@@ -126,54 +126,62 @@ def iter_cblue(path: str | os.PathLike, *, strict: bool = True, allow_unlabelled
   where = os.fspath(path)
   if not os.path.isfile(where):
     raise DataError(where, None, "no such file", reason="missing_file")
-  decoder = json.JSONDecoder()
   with open(where, encoding="utf-8-sig") as f:
-    s = _Stream(f, where, chunk_chars)
-    if s.peek() != "[":
-      raise DataError(where, s.line_at(s.pos), f"starts with {s.buf[s.pos:s.pos + 20]!r}: expected a JSON array "
-                      "of records [{\"text\", \"entities\"}, ...]", reason="bad_json")
-    s.pos += 1
-    index = 0
-    while True:
-      c = s.peek()
-      if c == "]" and index == 0:
+    yield from iter_cblue_file(f, source=where, strict=strict, allow_unlabelled=allow_unlabelled, report=report,
+                               chunk_chars=chunk_chars)
+
+
+def iter_cblue_file(f, *, source: str, strict: bool = True, allow_unlabelled: bool = True,
+                    report: ReadReport | None = None, chunk_chars: int = CHUNK_CHARS) -> Iterator[tuple[int, dict]]:
+  """`iter_cblue` over an open text file (`source` names it in errors), e.g. standard input or a gs:// object."""
+  where = source
+  decoder = json.JSONDecoder()
+  s = _Stream(f, where, chunk_chars)
+  if s.peek() != "[":
+    raise DataError(where, s.line_at(s.pos), f"starts with {s.buf[s.pos:s.pos + 20]!r}: expected a JSON array "
+                    "of records [{\"text\", \"entities\"}, ...]", reason="bad_json")
+  s.pos += 1
+  index = 0
+  while True:
+    c = s.peek()
+    if c == "]" and index == 0:
+      s.pos += 1
+      break
+    if index:
+      if c == "]":
         s.pos += 1
         break
-      if index:
-        if c == "]":
-          s.pos += 1
-          break
-        if c != ",":
-          raise DataError(where, s.line_at(s.pos), f"after record {index - 1}: got {c or 'end of file'!r}: "
-                          "expected ',' or ']'", reason="bad_json")
-        s.pos += 1
-        s.peek()
-      line = s.line_at(s.pos)
-      while True:  # decode the record, reading more while it is incomplete
-        try:
-          obj, end = decoder.raw_decode(s.buf, s.pos)
-        except json.JSONDecodeError as e:
-          if s.eof:
-            raise DataError(where, line, f"record {index}: malformed JSON ({e.msg})", reason="bad_json") from None
-          s.more()
-          continue
-        if end < len(s.buf) or s.eof:  # a value ending at the buffer's end may go on (a number)
-          break
-        s.more()
-      s.pos = end
+      if c != ",":
+        raise DataError(where, s.line_at(s.pos), f"after record {index - 1}: got {c or 'end of file'!r}: "
+                        "expected ',' or ']'", reason="bad_json")
+      s.pos += 1
+      s.peek()
+    line = s.line_at(s.pos)
+    while True:  # decode the record, reading more while it is incomplete
       try:
-        check_record(obj, where=where, line=line, index=index, allow_unlabelled=allow_unlabelled)
-      except DataError as e:
-        if strict:
-          raise
-        if report is not None:
-          report.skip(e)
-      else:
-        yield index, obj
-      index += 1
-    if s.peek():
-      raise DataError(where, s.line_at(s.pos), f"text after the closing ']': {s.buf[s.pos:s.pos + 20]!r}",
-                      reason="bad_json")
+        obj, end = decoder.raw_decode(s.buf, s.pos)
+      except json.JSONDecodeError as e:
+        if s.eof:
+          raise DataError(where, line, f"record {index}: malformed JSON ({e.msg})", reason="bad_json") from None
+        s.more()
+        continue
+      if end < len(s.buf) or s.eof:  # a value ending at the buffer's end may go on (a number)
+        break
+      s.more()
+    s.pos = end
+    try:
+      check_record(obj, where=where, line=line, index=index, allow_unlabelled=allow_unlabelled)
+    except DataError as e:
+      if strict:
+        raise
+      if report is not None:
+        report.skip(e)
+    else:
+      yield index, obj
+    index += 1
+  if s.peek():
+    raise DataError(where, s.line_at(s.pos), f"text after the closing ']': {s.buf[s.pos:s.pos + 20]!r}",
+                    reason="bad_json")
 
 
 def from_cmeee(obj: Mapping, *, id: str) -> Record:  # pylint: disable=redefined-builtin

@@ -1,6 +1,7 @@
 """Model hits per window -> character spans per record, and the span sets that `span_prf` scores.
 
-Flow: hit columns per batch (window-token hits, `gp_jax.steps.eval_step`) -> `concat_hits`
+Flow: decoded batch coordinates -> `batch_hits` (window-token hits; the jitted eval step maps rows to windows
+on device) -> `concat_hits`
 -> `merge_predictions` (char spans per record) -> `prediction_spans` / `gold_spans`
 -> `gp_jax.metrics.span_prf`. Coordinates as in `gp_jax.data.windows`.
 
@@ -26,6 +27,23 @@ import numpy as np
 from gp_jax.data.windows import PreparedSplit, _ranges
 
 _HIT_KEYS = ("window", "start", "end", "type", "score")
+
+
+def batch_hits(window_index_B: np.ndarray, coords_M4: np.ndarray, scores_M: np.ndarray) -> dict[str, np.ndarray]:
+  """Hits of `gp_jax.ops.decode.decode_hits` ((row, type, start, end), score) -> window hits.
+
+  Returns columns {"window", "start", "end", "type", "score"} for `merge_predictions`;
+  filler rows and padding coordinates (-1) are dropped.
+  """
+  coords_M4 = np.asarray(coords_M4).reshape(-1, 4)
+  scores_M = np.asarray(scores_M, np.float64).reshape(-1)
+  window_index_B = np.asarray(window_index_B)
+  b = coords_M4[:, 0]
+  keep = (b >= 0) & (coords_M4 >= 0).all(1)
+  keep[keep] = window_index_B[b[keep]] >= 0
+  c = coords_M4[keep]
+  return {"window": window_index_B[c[:, 0]].astype(np.int64), "start": c[:, 2].astype(np.int64),
+          "end": c[:, 3].astype(np.int64), "type": c[:, 1].astype(np.int64), "score": scores_M[keep]}
 
 
 def concat_hits(hits: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:

@@ -52,9 +52,10 @@ class NerModel(nnx.Module):
                        mask=span_mask(batch["span_mask"], max_span_width=self.head.max_span_width))
     raise ValueError(f"loss.kind must be 'sparse_zlpr' or 'zlpr', got {loss_kind!r}")
 
-  def decode_hits(self, batch, *, size: int, block_size: int | None = None, hit_sharding=None):
+  def decode_hits(self, batch, *, size: int, block_size: int | None = None, threshold=0.0, hit_sharding=None):
+    """Span heads keep cells with score > threshold; taggers ignore it."""
     return self.head.decode_hits(self.encode(batch), batch["span_mask"], positions=batch["positions"], size=size,
-                                 block_size=block_size, hit_sharding=hit_sharding)
+                                 block_size=block_size, threshold=threshold, hit_sharding=hit_sharding)
 
 
 def dense_labels(span_ids_BHK, shape):

@@ -117,20 +117,3 @@ def window_token_features(p, w: int) -> dict[str, np.ndarray]:
 def window_positions(p, w: int) -> np.ndarray:
   """Document positions of window `w`'s content tokens."""
   return (p.window_start[w] + np.arange(p.window_len[w])).astype(np.int32)
-
-
-def batch_hits(window_index_B: np.ndarray, coords_M4: np.ndarray, scores_M: np.ndarray) -> dict[str, np.ndarray]:
-  """Hits of `gp_jax.ops.decode.decode_hits` ((row, type, start, end), score) -> window hits.
-
-  Returns columns {"window", "start", "end", "type", "score"} for `merge_predictions`;
-  filler rows and padding coordinates (-1) are dropped.
-  """
-  coords_M4 = np.asarray(coords_M4).reshape(-1, 4)
-  scores_M = np.asarray(scores_M, np.float64).reshape(-1)
-  window_index_B = np.asarray(window_index_B)
-  b = coords_M4[:, 0]
-  keep = (b >= 0) & (coords_M4 >= 0).all(1)
-  keep[keep] = window_index_B[b[keep]] >= 0
-  c = coords_M4[keep]
-  return {"window": window_index_B[c[:, 0]].astype(np.int64), "start": c[:, 2].astype(np.int64),
-          "end": c[:, 3].astype(np.int64), "type": c[:, 1].astype(np.int64), "score": scores_M[keep]}

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from gp_jax.data import batching, merge, windows
-from tests.data.fakes import (TYPES, CharTok, batch_hits, random_records, window_positions,
-                              window_token_features)
+from tests.data.fakes import TYPES, CharTok, random_records, window_positions, window_token_features
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +161,7 @@ def test_gold_through_batches_round_trips_to_gold_spans(prepared):
     b, h, k = np.nonzero(batch["span_ids"] >= 0)
     ids = batch["span_ids"][b, h, k]
     coords = np.stack([b, h, ids // L, ids % L], 1)
-    hits.append(batch_hits(batch["window_index"], coords, np.ones(len(b))))
+    hits.append(merge.batch_hits(batch["window_index"], coords, np.ones(len(b))))
   pred = merge.prediction_spans(merge.merge_predictions(prepared, merge.concat_hits(hits)))
   ok = prepared.entity_status == windows.OK
   want = {(int(r), int(a), int(e), TYPES[t]) for r, (a, e), t in

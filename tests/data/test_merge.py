@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gp_jax.data import merge, windows
-from tests.data.fakes import TYPES, CharTok, batch_hits
+from tests.data.fakes import TYPES, CharTok
 
 TEXT = "abcdefghijklmnopqrstuvwxyz0123"  # 30 chars = 30 content tokens with CharTok
 
@@ -115,7 +115,7 @@ def test_merge_matches_a_naive_rule(lengths, max_len, data):
 def test_batch_hits_maps_rows_to_windows():
   window_index_B = np.array([5, -1, 2])
   coords = np.array([[0, 1, 2, 3], [1, 0, 1, 1], [2, 2, 4, 4], [-1, -1, -1, -1]])
-  h = batch_hits(window_index_B, coords, np.array([1.0, 2.0, 3.0, 0.0]))
+  h = merge.batch_hits(window_index_B, coords, np.array([1.0, 2.0, 3.0, 0.0]))
   assert h["window"].tolist() == [5, 2] and h["type"].tolist() == [1, 2]
   assert h["start"].tolist() == [2, 4] and h["end"].tolist() == [3, 4] and h["score"].tolist() == [1.0, 3.0]
   empty = merge.concat_hits([])

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gp_jax import export, predict
-from gp_jax.data import batching, windows
+from gp_jax.data import batching, merge, windows
 from tests import helpers_train as ht
 from tests.e2e.test_predict import CASES
 
@@ -64,8 +64,8 @@ def _assert_same_predictions(got, want):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  workdir, _ = ht.trained_workdir(tmp_path_factory)
+def trained(trained_workdir, tmp_path_factory):
+  workdir, _ = trained_workdir
   out = str(tmp_path_factory.mktemp("exported"))
   export.export_workdir(workdir, out)
   return workdir, out, predict.Predictor(workdir)
@@ -93,9 +93,12 @@ def test_artifact_equals_in_process_model(trained):
   np.testing.assert_array_equal(got_coords, np.asarray(want[1])[:count])
   np.testing.assert_array_equal(got_scores, np.asarray(want[2])[:count])
   # The workdir predictor's hits (batch sharded over the fake devices) are the same hits.
-  coords, scores = p.batch_hits(_batch(p, TEXTS, pipeline=True))
-  np.testing.assert_array_equal(coords, got_coords)
-  np.testing.assert_allclose(scores, got_scores, rtol=1e-5)  # sharded batch: another summation order
+  pipeline_batch = _batch(p, TEXTS, pipeline=True)
+  hits, want_hits = p.window_hits(pipeline_batch), merge.batch_hits(pipeline_batch["window_index"], got_coords,
+                                                                    got_scores)
+  for key in ("window", "start", "end", "type"):
+    np.testing.assert_array_equal(hits[key], want_hits[key], err_msg=key)
+  np.testing.assert_allclose(hits["score"], want_hits["score"], rtol=1e-5)  # sharded: another summation order
 
 
 def test_exported_predicts_without_flax_orbax_ml_collections(trained):

@@ -67,3 +67,28 @@ def test_cli_stdin_to_json_lines(trained_workdir):
   rows = [json.loads(line) for line in lines]
   assert [r["text"] for r in rows] == texts
   _check(texts, [r["entities"] for r in rows])
+
+
+def test_cblue_in_cmeee_and_cluener_out(trained_workdir, tmp_path):
+  """CMeEE test file in (streamed), the CMeEE and CLUENER submissions out: same records, order and spans."""
+  import io
+
+  workdir, _ = trained_workdir
+  p = predict.Predictor(workdir)
+  records = [{"text": text, "entities": [], "source": n} for n, (text, _) in enumerate(CASES)]
+  path = tmp_path / "CMeEE_test.json"
+  path.write_text(json.dumps(records, ensure_ascii=False, indent=1), encoding="utf-8")
+  with open(path, encoding="utf-8") as f:
+    rows = list(predict.predict_stream(p, predict.read_cblue(f, source=str(path)), chunk_size=2))
+  cmeee, cluener = io.StringIO(), io.StringIO()
+  predict.write_cmeee(cmeee, rows)
+  predict.write_cluener(cluener, rows)
+  got = json.loads(cmeee.getvalue())
+  assert [r["source"] for r in got] == list(range(len(CASES)))  # same count and order, other keys kept
+  lines = [json.loads(line) for line in cluener.getvalue().splitlines()]
+  assert [x["id"] for x in lines] == list(range(len(CASES)))
+  for (text, want), rec, line in zip(CASES, got, lines):
+    want = sorted((s, e - 1, t, m) for s, e, t, m in want)
+    assert sorted((e["start_idx"], e["end_idx"], e["type"], e["entity"]) for e in rec["entities"]) == want
+    assert sorted((s, e, t, m) for t, ms in line["label"].items() for m, ses in ms.items() for s, e in ses) == want
+    assert line["label"] or not want
