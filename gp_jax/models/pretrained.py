@@ -188,19 +188,21 @@ def check_folder(folder: pathlib.Path, *, where: str) -> None:
     raise FileNotFoundError(f"{where} lacks {'; '.join(missing)}")
 
 
-def _weights_name(names: Iterable[str], *, where: str) -> str | None:
+def _weights_name(names: Iterable[str], *, where: str, load_args: str | None = None) -> str | None:
   """The weight format to read among file `names` (WEIGHT_FORMATS order); None if there is none. Pickled
-  (pytorch_model.bin) or TensorFlow weights alone: FileNotFoundError saying how to convert them."""
+  (pytorch_model.bin) or TensorFlow weights alone: FileNotFoundError saying how to convert them (`load_args`:
+  the `from_pretrained` arguments that open `where`)."""
   names = set(names)
   for w in WEIGHT_FORMATS:
     if w in names:
       return w
   if legacy := sorted(names & set(LEGACY_WEIGHTS)):
+    args = load_args or repr(where)
     raise FileNotFoundError(
       f"{where} has only {', '.join(legacy)}, which gp_jax does not read (no pickle; transformers v5 has no Flax). "
       "Convert it once with transformers + torch: python -c \"from transformers import AutoModel, AutoTokenizer; "
-      f"AutoModel.from_pretrained('{where}').save_pretrained('OUT'); "
-      f"AutoTokenizer.from_pretrained('{where}').save_pretrained('OUT')\" (writes model.safetensors) and pass OUT")
+      f"AutoModel.from_pretrained({args}).save_pretrained('OUT'); "
+      f"AutoTokenizer.from_pretrained({args}).save_pretrained('OUT')\" (writes model.safetensors) and pass OUT")
   return None
 
 
@@ -224,9 +226,9 @@ def weight_files(folder: str | os.PathLike) -> list[pathlib.Path]:
   return files
 
 
-def _allow_patterns(names: Iterable[str], *, where: str) -> list[str]:
+def _allow_patterns(names: Iterable[str], *, where: str, load_args: str | None = None) -> list[str]:
   """File patterns to fetch from a listing: config.json, the tokenizer files, one weight format."""
-  w = _weights_name(names, where=where)
+  w = _weights_name(names, where=where, load_args=load_args)
   if w is None:
     raise FileNotFoundError(f"{where} lacks weights ({' or '.join(WEIGHT_FORMATS)})")
   return ["config.json", *TOKENIZER_FILES, w, *([WEIGHT_FORMATS[w]] if WEIGHT_FORMATS[w] else [])]
@@ -315,7 +317,8 @@ def _resolve_hub(repo_id: str, revision: str | None) -> Resolved:
   """A hub id -> its snapshot folder in the HF cache (downloading config, tokenizer and one weight format)."""
   where = f"{repo_id}@{revision}" if revision else repo_id
   listing = _hub_listing(repo_id, revision)
-  patterns = _allow_patterns(listing[1], where=where) if listing else None
+  load_args = repr(repo_id) + (f", revision={revision!r}" if revision else "")
+  patterns = _allow_patterns(listing[1], where=where, load_args=load_args) if listing else None
   folder = _hub_snapshot(repo_id, revision, patterns)
   check_folder(folder, where=f"{where} (HF cache snapshot {folder})")
   log.info("Pretrained %s: commit %s, %s", where, folder.name, folder)
