@@ -25,7 +25,8 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 def build_tokenizer(config, train_texts):
-  """Builds the tokenizer from the training texts (scratch) or opens the pretrained one (bert)."""
+  """Builds the tokenizer from the training texts (scratch) or opens the pretrained one (bert); both lowercase
+  text or not as `tokenizer.lowercase` says."""
   if config.model.encoder == "scratch":
     from gp_jax.data.char_tokenizer import CharTokenizer  # pylint: disable=g-import-not-at-top
 
@@ -40,7 +41,7 @@ def build_tokenizer(config, train_texts):
     from gp_jax.data.tokenize import HFTokenizer  # pylint: disable=g-import-not-at-top
     from gp_jax.models import pretrained  # pylint: disable=g-import-not-at-top
 
-    return HFTokenizer(pretrained.resolve(config.model.pretrained))
+    return HFTokenizer(pretrained.resolve(config.model.pretrained), lowercase=config.tokenizer.lowercase)
   raise ValueError(f"model.encoder must be 'scratch' or 'bert', got {config.model.encoder!r}")
 
 

@@ -86,7 +86,7 @@ def setup_run(config, workdir) -> RunContext:
   saved = root / "config.json"
   if saved.exists() and not config.get("allow_config_change", False):
     defaults = json.loads(base_config.get_config().to_json_best_effort())
-    changes = wd.config_changes(storage.read_json(saved), json.loads(config_json), defaults)
+    changes = wd.resume_changes(root, storage.read_json(saved), json.loads(config_json), defaults)
     if changes:
       raise ValueError(f"{root} holds a run of another config ({len(changes)} changed keys: {'; '.join(changes)}). "
                        "Use a new workdir, or --config.allow_config_change=True to resume anyway.")

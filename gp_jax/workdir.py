@@ -4,6 +4,9 @@
   types.json      entity types, in head order
   tokenizer/      the tokenizer (scratch vocabulary, or the pretrained tokenizer's files)
   encoder.json    bert: the HF config.json of the encoder (predict never reopens `model.pretrained`)
+  pretrained.json bert: which encoder the run started from, as resolved (hub: {repo_id, revision, commit});
+                  a resumed run compares this, not the string typed (`org/name` and `org/name@<its commit>`
+                  resume each other, another commit does not). Written with the first run files, never rewritten.
   results.json    written by training: status (finished | preempted | failed), figures
 """
 
@@ -17,9 +20,16 @@ import ml_collections
 
 from gp_jax import storage
 
+PRETRAINED = "pretrained.json"
+
 
 def save_run_files(workdir, *, config_json: str, types, tokenizer, encoder_config: dict | None) -> None:
   root = storage.path(workdir)
+  first = not (root / "config.json").exists()
+  if first and encoder_config is not None:
+    from gp_jax.models import pretrained  # pylint: disable=g-import-not-at-top
+
+    storage.write_json(root / PRETRAINED, pretrained.source(json.loads(config_json)["model"]["pretrained"]), indent=1)
   storage.write_text(root / "config.json", config_json)
   storage.write_json(root / "types.json", list(types))
   if encoder_config is not None:
@@ -56,6 +66,11 @@ def load_encoder_config(workdir) -> dict | None:
   return json.loads(p.read_text()) if p.exists() else None
 
 
+def load_pretrained_source(workdir) -> dict | None:
+  p = storage.path(workdir) / PRETRAINED
+  return json.loads(p.read_text()) if p.exists() else None
+
+
 # Config sections whose change makes a resumed run another model; where files live may differ between hosts.
 COMPARED_SECTIONS = ("model", "data", "tokenizer", "optimizer", "loss")
 LOCATION_KEYS = ("data.manual_dir", "data.tfds_dir")
@@ -72,14 +87,29 @@ def _flatten(d, prefix=""):
   return out
 
 
-def config_changes(old: dict, new: dict, defaults: dict | None = None) -> list[str]:
-  """Keys of model/data/tokenizer/optimizer/loss whose values differ, as 'key: old -> new'.
+def config_changes(old: dict, new: dict, defaults: dict | None = None, *, ignore=()) -> list[str]:
+  """Keys of model/data/tokenizer/optimizer/loss (but not `ignore`) whose values differ, as 'key: old -> new'.
 
   A key missing from `old` (added to the code after that run was written) counts as its value in
   `defaults`, the base config, whose defaults keep earlier behaviour."""
   compared = lambda d: {k: v for k, v in _flatten(d).items()  # noqa: E731
-                        if k.split(".")[0] in COMPARED_SECTIONS and k not in LOCATION_KEYS}
+                        if k.split(".")[0] in COMPARED_SECTIONS and k not in LOCATION_KEYS and k not in ignore}
   a, b = compared(old), compared(new)
   a = {**{k: v for k, v in compared(defaults or {}).items() if k in b}, **a}
   return [f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}" for k in sorted(set(a) | set(b))
           if a.get(k) != b.get(k)]
+
+
+def resume_changes(workdir, old: dict, new: dict, defaults: dict | None = None) -> list[str]:
+  """`config_changes` of resuming `workdir` (config `old`) with config `new`. When the workdir records its
+  encoder (pretrained.json), `model.pretrained` is compared by what it resolves to, not as typed."""
+  recorded = load_pretrained_source(workdir)
+  if recorded is None or new.get("model", {}).get("encoder") != "bert":
+    return config_changes(old, new, defaults)
+  from gp_jax.models import pretrained  # pylint: disable=g-import-not-at-top
+
+  changes = config_changes(old, new, defaults, ignore=("model.pretrained",))
+  current = pretrained.source(new["model"]["pretrained"])
+  if not pretrained.same_source(recorded, current):
+    changes.append(f"model.pretrained: {pretrained.describe(recorded)!r} -> {pretrained.describe(current)!r}")
+  return sorted(changes)

@@ -6,11 +6,15 @@ Char -> token alignment of entities lives in `gp_jax.data.windows` (one rule for
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pathlib
+
 import numpy as np
 
 from gp_jax.data.types import Encoding, Tokenizer
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "gp_jax_tokenizer.json"
 
@@ -22,7 +26,8 @@ class HFTokenizer:
   num_prefix = 1
   num_suffix = 1
 
-  def __init__(self, path: str | os.PathLike):
+  def __init__(self, path: str | os.PathLike, *, lowercase: bool | None = None):
+    """`lowercase`: True/False sets the tokenizer's lowercasing (config `tokenizer.lowercase`); None keeps its own."""
     from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
     path = pathlib.Path(path).expanduser()
     if not path.is_dir():
@@ -31,6 +36,15 @@ class HFTokenizer:
     self._hf = AutoTokenizer.from_pretrained(str(path), use_fast=True)
     if not self._hf.is_fast:
       raise ValueError(f"{path}: need a fast tokenizer (tokenizer.json) for character offsets")
+    own = _lowercases(self._hf.backend_tokenizer.normalizer)
+    self.lowercase = own if lowercase is None else bool(lowercase)
+    on_off = lambda b: "on" if b else "off"  # noqa: E731
+    if self.lowercase == own:
+      log.info("Tokenizer %s: lowercase %s (its own setting)", path, on_off(own))
+    else:
+      _set_lowercase(self._hf, self.lowercase)
+      log.warning("Tokenizer %s: lowercase %s (tokenizer.lowercase), its own setting was %s", path,
+                  on_off(self.lowercase), on_off(own))
     cls_id, sep_id = self._hf.cls_token_id, self._hf.sep_token_id
     if cls_id is None or sep_id is None:
       raise ValueError(f"{path}: tokenizer has no [CLS]/[SEP] (cls_token / sep_token) ids")
@@ -66,11 +80,49 @@ class HFTokenizer:
     directory.mkdir(parents=True, exist_ok=True)
     self._hf.save_pretrained(str(directory))
     manifest = {"kind": "hf", "version": 1, "source": str(self.path), "vocab_size": self.vocab_size,
-                "num_prefix": self.num_prefix, "num_suffix": self.num_suffix}
+                "lowercase": self.lowercase, "num_prefix": self.num_prefix, "num_suffix": self.num_suffix}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2))
 
   def __repr__(self) -> str:
-    return f"HFTokenizer({str(self.path)!r}, vocab_size={self.vocab_size})"
+    return f"HFTokenizer({str(self.path)!r}, vocab_size={self.vocab_size}, lowercase={self.lowercase})"
+
+
+def _lowercases(normalizer) -> bool:
+  """Whether a `tokenizers` normalizer lowercases (BertNormalizer(lowercase=True), Lowercase, or a Sequence
+  holding one)."""
+  from tokenizers import normalizers  # pylint: disable=g-import-not-at-top
+
+  if isinstance(normalizer, normalizers.BertNormalizer):
+    return bool(normalizer.lowercase)
+  if isinstance(normalizer, normalizers.Sequence):
+    return any(_lowercases(normalizer[i]) for i in range(len(normalizer)))
+  return isinstance(normalizer, normalizers.Lowercase)
+
+
+def _set_lowercase(hf, lowercase: bool) -> None:
+  """Sets a transformers fast tokenizer's lowercasing: BertNormalizer's `lowercase` flag, else a Lowercase
+  normalizer prepended or removed; also `do_lower_case` where the class has it (its saved config rebuilds the
+  normalizer from that flag)."""
+  from tokenizers import normalizers  # pylint: disable=g-import-not-at-top
+
+  backend = hf.backend_tokenizer
+  norm = backend.normalizer
+  if isinstance(norm, normalizers.BertNormalizer):
+    norm.lowercase = lowercase
+  else:
+    if isinstance(norm, normalizers.Sequence):
+      parts = [norm[i] for i in range(len(norm))]
+    else:
+      parts = [] if norm is None else [norm]
+    parts = [p for p in parts if not isinstance(p, normalizers.Lowercase)]
+    if lowercase:
+      parts.insert(0, normalizers.Lowercase())
+    backend.normalizer = normalizers.Sequence(parts)
+  if hasattr(hf, "do_lower_case"):
+    hf.do_lower_case = lowercase
+    hf.init_kwargs["do_lower_case"] = lowercase
+  if _lowercases(backend.normalizer) != lowercase:
+    raise ValueError(f"could not set lowercase={lowercase} on the tokenizer's normalizer {backend.normalizer}")
 
 
 def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
@@ -84,9 +136,10 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     if (directory / "tokenizer.json").exists():
       return HFTokenizer(directory)
     raise FileNotFoundError(f"{directory} has no {MANIFEST} (nor a transformers tokenizer.json)")
-  kind = json.loads(manifest_path.read_text()).get("kind")
+  manifest = json.loads(manifest_path.read_text())
+  kind = manifest.get("kind")
   if kind == "hf":
-    return HFTokenizer(directory)
+    return HFTokenizer(directory, lowercase=manifest.get("lowercase"))
   if kind == "char":
     from gp_jax.data.char_tokenizer import CharTokenizer  # pylint: disable=g-import-not-at-top
     return CharTokenizer.load(directory)

@@ -65,7 +65,7 @@ class BertConfig:
     if model_type in ROBERTA_TYPES:
       model_type = "roberta"
     elif model_type != "bert":
-      raise ValueError(f"unsupported model_type {model_type!r}: only BERT- and RoBERTa-style encoders")
+      raise ValueError(f"unsupported model_type {model_type}; supported: {', '.join(('bert',) + ROBERTA_TYPES)}")
     pos_type = d.get("position_embedding_type", "absolute")
     if pos_type != "absolute":
       raise ValueError(f"position_embedding_type {pos_type!r} not supported (only 'absolute')")

@@ -1,0 +1,82 @@
+"""Pretrained encoders named as a user names them, end to end: hub ids from an offline HF cache (HF_HOME +
+HF_HUB_OFFLINE) through `gp_jax.main`, predict after the cache is gone; a gs:// encoder folder (GCS emulator)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from gp_jax.models import pretrained
+from tests import helpers_train as ht
+from tests.e2e.test_gcs import gcs_env  # noqa: F401  (fixture)
+from tests.models.test_pretrained import _assert_same_model, hub_cache, tiny_encoder
+
+TIMEOUT = 240
+# The tiny BERT run of test_user_paths.py (same shapes and schedule: the session's JIT cache serves both).
+BERT = {"model.encoder": "bert", "model.dropout": 0.0, "num_train_steps": 120, "optimizer.lr": 3e-3,
+        "optimizer.head_lr": 1e-2, "optimizer.warmup_steps": 5, "data.synthetic_records": 400}
+ROBERTA = {"model.encoder": "bert", "model.dropout": 0.0, "num_train_steps": 4, "data.synthetic_records": 48,
+           "data.max_eval_records": 16, "optimizer.warmup_steps": 1}
+
+
+def test_hub_ids_train_offline_and_predict_without_the_cache(tmp_path):
+  """org/name (BERT, safetensors) and org/name@<commit> (1-layer RoBERTa, flax_model.msgpack) from an HF cache
+  with HF_HUB_OFFLINE=1; each workdir records the resolved encoder; predict runs with the cache deleted."""
+  hf_home = tmp_path / "hf"
+  bert_commit, _ = hub_cache(hf_home, "org/tiny-bert")
+  roberta_commit, _ = hub_cache(hf_home, "org/tiny-roberta", model_type="roberta", weights_format="flax", num_layers=1)
+  env = ht.subprocess_env(devices=1, HF_HOME=hf_home, HF_HUB_OFFLINE=1)
+  runs = {"bert": ("org/tiny-bert", bert_commit, BERT),
+          "roberta": (f"org/tiny-roberta@{roberta_commit}", roberta_commit, ROBERTA)}
+  procs = {kind: subprocess.Popen(ht.main_command(str(tmp_path / kind), **overrides, **{"model.pretrained": name}),
+                                  cwd=ht.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+           for kind, (name, _, overrides) in runs.items()}
+  outs = {kind: p.communicate(timeout=TIMEOUT)[0] for kind, p in procs.items()}
+  for kind, (name, commit, _) in runs.items():
+    assert procs[kind].returncode == 0, outs[kind][-4000:]
+    repo_id, _, revision = name.partition("@")
+    assert json.loads((tmp_path / kind / "pretrained.json").read_text()) == {
+        "repo_id": repo_id, "revision": revision or "main", "commit": commit}
+    assert "lowercase off (its own setting)" in outs[kind]
+  assert json.loads((tmp_path / "roberta" / "encoder.json").read_text())["model_type"] == "roberta"
+  assert json.loads((tmp_path / "roberta" / "results.json").read_text())["status"] == "finished"
+  results = json.loads((tmp_path / "bert" / "results.json").read_text())
+  assert results["status"] == "finished" and results["dev"]["f1"] > 0.5, results.get("dev")
+
+  shutil.rmtree(hf_home)
+  text = "abc_[12_Xyz]_qq_777_Hello"
+  pred = subprocess.run([sys.executable, "-m", "gp_jax.predict", f"--workdir={tmp_path / 'bert'}", "--batch_size=4"],
+                        input=text + "\n", cwd=ht.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        text=True, timeout=TIMEOUT)
+  assert pred.returncode == 0, pred.stderr[-4000:]
+  ents = json.loads(pred.stdout)["entities"]
+  assert ents and all(text[e["start"]:e["end"]] == e["text"] for e in ents), pred.stdout
+  assert {(e["start"], e["end"], e["type"]) for e in ents} & {(16, 19, "NUM"), (4, 12, "BOX"), (5, 7, "NUM")}
+
+
+def test_gs_encoder_folder_is_copied_once(gcs_env, tmp_path, monkeypatch):  # noqa: F811
+  from etils import epath
+
+  from gp_jax import storage
+
+  monkeypatch.setenv("GP_JAX_CACHE", str(tmp_path / "cache"))
+  monkeypatch.setattr(pretrained, "_RESOLVED", {})
+  tiny_encoder(tmp_path / "enc", seed=2)
+  (tmp_path / "enc" / "pytorch_model.bin").write_bytes(b"not read, not copied")
+  storage.upload_dir(tmp_path / "enc", "gs://bucket/encoders/tiny")
+  folder = pretrained.resolve("gs://bucket/encoders/tiny/")
+  assert folder.is_relative_to(tmp_path / "cache" / "pretrained")
+  assert not (folder / "pytorch_model.bin").exists() and (folder / "model.safetensors").exists()
+  assert pretrained.source("gs://bucket/encoders/tiny") == {"url": "gs://bucket/encoders/tiny"}
+  _assert_same_model(pretrained.load_pretrained(tmp_path / "enc"), pretrained.load_pretrained(folder))
+  # Copied once: a later process reuses the copy without reading the bucket.
+  epath.Path("gs://bucket/encoders/tiny").rmtree()
+  monkeypatch.setattr(pretrained, "_RESOLVED", {})
+  assert pretrained.resolve("gs://bucket/encoders/tiny") == folder
+  monkeypatch.setattr(pretrained, "_RESOLVED", {})
+  with pytest.raises(FileNotFoundError, match="gs://bucket/encoders/other is not a folder"):
+    pretrained.resolve("gs://bucket/encoders/other")
+  assert os.listdir(tmp_path / "cache" / "pretrained") == [folder.name]
