@@ -333,7 +333,7 @@ def load_exported(directory) -> ExportedModel:
 def _define_flags():
   from absl import flags  # pylint: disable=g-import-not-at-top
 
-  from gp_jax import predict  # pylint: disable=g-import-not-at-top,unused-import  (defines --workdir, --batch_size)
+  from gp_jax import predict  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (defines --workdir, --batch_size)
 
   flags.DEFINE_string("out", None, "Folder to write, local or gs://.")
   flags.DEFINE_enum("format", "stablehlo", sorted(MODEL_FILES), "Serialized artifact format.")

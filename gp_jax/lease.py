@@ -29,7 +29,6 @@ import posixpath
 import re
 import socket
 import threading
-import time
 import uuid
 
 log = logging.getLogger("gp_jax.lease")

@@ -7,6 +7,16 @@ os.environ.setdefault("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
   os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent compilation cache for the whole run: xdist workers and the subprocesses tests start inherit it,
+# so a step compiled by one test is loaded, not recompiled, by the next that builds the same program.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  import atexit  # noqa: E402
+  import shutil  # noqa: E402
+  import tempfile  # noqa: E402
+
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="gp_jax_test_jit_cache_")
+  atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import pathlib  # noqa: E402
 
@@ -44,3 +54,12 @@ def trained_workdir(tmp_path_factory) -> tuple[str, dict]:
 
   workdir = str(tmp_path_factory.mktemp("trained"))
   return workdir, helpers_train.train_synthetic(workdir)
+
+
+@pytest.fixture(scope="module")
+def gcs_env():
+  """A local GCS emulator (127.0.0.1) for the module; yields the environment that points clients at it."""
+  from tests.helpers_gcs import emulator  # pylint: disable=g-import-not-at-top
+
+  with emulator() as (_, env):
+    yield env

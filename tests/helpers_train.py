@@ -6,13 +6,10 @@ Also a worker for tests/e2e/test_multihost.py: `python -m tests.helpers_train wo
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -68,25 +65,13 @@ def flag_args(**overrides) -> list[str]:
   return out
 
 
-_JIT_CACHE: list[str] = []
-
-
-def _jit_cache_dir() -> str:
-  """A persistent compilation cache shared by this session's subprocesses (a restart skips its compiles)."""
-  if not _JIT_CACHE:
-    _JIT_CACHE.append(tempfile.mkdtemp(prefix="gp_jax_test_jit_cache_"))
-    atexit.register(shutil.rmtree, _JIT_CACHE[0], ignore_errors=True)
-  return _JIT_CACHE[0]
-
-
 def subprocess_env(devices: int = 8, *, jit_cache: bool = True, **extra) -> dict:
   """Environment for a child process with `devices` fake CPU devices."""
   env = dict(os.environ)
   env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
   env["JAX_PLATFORMS"] = "cpu"
-  if jit_cache:
-    env["JAX_COMPILATION_CACHE_DIR"] = _jit_cache_dir()
-    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+  if not jit_cache:  # tests/conftest.py sets the run's persistent compilation cache
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
   env["PYTHONUNBUFFERED"] = "1"
   env.update({k: str(v) for k, v in extra.items()})

@@ -5,21 +5,18 @@ Also: the emulator's ifGenerationMatch (412) and lost answers, a second gp_jax.m
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
 import time
-import urllib.request
 
-import portpicker
 import pytest
 
 from gp_jax import lease as lease_lib
+from tests.helpers_gcs import emulator, fault_counts, set_faults
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POINTS = 8
@@ -27,55 +24,6 @@ BEAT = 0.3  # heartbeat seconds in these tests; stale after 3 missed beats
 
 
 # ----------------------------------------------------------------------------- emulator
-
-
-def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
-  end = time.monotonic() + timeout
-  while time.monotonic() < end:
-    if proc.poll() is not None:
-      raise RuntimeError(f"GCS emulator exited with {proc.returncode}: {proc.stdout.read()[-2000:]}")
-    try:
-      with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-        return
-    except OSError:
-      time.sleep(0.1)
-  raise TimeoutError(f"GCS emulator not listening on 127.0.0.1:{port}")
-
-
-@contextlib.contextmanager
-def emulator(*args: str):
-  """A GCS emulator subprocess; yields (url, env for clients). This process's os.environ points at it meanwhile."""
-  port = portpicker.pick_unused_port()
-  proc = subprocess.Popen([sys.executable, "-m", "tests.gcs_emulator", str(port), "bucket", *args], cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-  try:
-    _wait_listening(port, proc)
-    url = f"http://127.0.0.1:{port}"
-    env = {"STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test",
-           "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-      yield url, env
-    finally:
-      for k, v in old.items():
-        if v is None:
-          os.environ.pop(k, None)
-        else:
-          os.environ[k] = v
-  finally:
-    proc.kill()
-    proc.wait()
-
-
-def set_faults(url: str, share: float, kinds: str = "503,429,drop,lost_answer", seed: int = 0, next_: int = 0) -> dict:
-  """Faults on a share of requests (and on the next `next_` requests whatever the share)."""
-  req = urllib.request.Request(f"{url}/_faults?share={share}&kinds={kinds}&seed={seed}&next={next_}", method="POST")
-  return json.loads(urllib.request.urlopen(req).read())
-
-
-def fault_counts(url: str) -> dict:
-  return json.loads(urllib.request.urlopen(f"{url}/_faults").read())
 
 
 @pytest.fixture(scope="module")

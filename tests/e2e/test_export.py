@@ -258,4 +258,3 @@ def test_gs_paths_in_and_out(trained, gcs_env, tmp_path):
   _assert_same_predictions([r["entities"] for r in rows], p.predict(TEXTS[:4]))
 
 
-from tests.e2e.test_gcs import gcs_env  # noqa: E402,F401  (the emulator fixture)

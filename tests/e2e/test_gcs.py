@@ -3,56 +3,16 @@ the bucket bit-exact with an uninterrupted local run, then predict from the buck
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
-import portpicker
-import pytest
 
 from tests import helpers_train as ht
 
 RESUME = {"num_train_steps": 12, "checkpoint_every_steps": 4, "eval_every_steps": 6, "batch_size": 24,
           "model.dropout": 0.1, "model.embed_dropout": 0.1, "data.max_eval_records": 8}
 TIMEOUT = 180
-
-
-def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
-  end = time.monotonic() + timeout
-  while time.monotonic() < end:
-    if proc.poll() is not None:
-      raise RuntimeError(f"GCS emulator exited with {proc.returncode}: {proc.stdout.read()[-2000:]}")
-    try:
-      with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-        return
-    except OSError:
-      time.sleep(0.1)  # polling a port that is not open yet
-  raise TimeoutError(f"GCS emulator not listening on 127.0.0.1:{port} after {timeout} s")
-
-
-@pytest.fixture(scope="module")
-def gcs_env():
-  port = portpicker.pick_unused_port()
-  proc = subprocess.Popen([sys.executable, "-m", "tests.gcs_emulator", str(port), "bucket"], cwd=ht.REPO,
-                          env=ht.subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-  try:
-    _wait_listening(port, proc)
-    url = f"http://127.0.0.1:{port}"
-    env = {"STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test",
-           "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield env
-    for k, v in old.items():
-      if v is None:
-        os.environ.pop(k, None)
-      else:
-        os.environ[k] = v
-  finally:
-    proc.kill()
-    proc.wait()
 
 
 def test_gs_workdir_train_kill_resume_predict(gcs_env, tmp_path):

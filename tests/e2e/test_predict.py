@@ -4,7 +4,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 
 from gp_jax import predict
 from gp_jax.data import windows

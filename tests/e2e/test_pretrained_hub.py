@@ -11,7 +11,6 @@ import pytest
 
 from gp_jax.models import pretrained
 from tests import helpers_train as ht
-from tests.e2e.test_gcs import gcs_env  # noqa: F401  (fixture)
 from tests.models.test_pretrained import _assert_same_model, hub_cache, tiny_encoder
 
 TIMEOUT = 240
@@ -24,9 +23,10 @@ ROBERTA = {"model.encoder": "bert", "model.dropout": 0.0, "num_train_steps": 4, 
 
 def test_hub_ids_train_offline_and_predict_without_the_cache(tmp_path):
   """org/name (BERT, safetensors) and org/name@<commit> (1-layer RoBERTa, flax_model.msgpack) from an HF cache
-  with HF_HUB_OFFLINE=1; each workdir records the resolved encoder; predict runs with the cache deleted."""
+  with HF_HUB_OFFLINE=1; each workdir records the resolved encoder and is self-contained: predict runs with the
+  cache deleted."""
   hf_home = tmp_path / "hf"
-  bert_commit, _ = hub_cache(hf_home, "org/tiny-bert")
+  bert_commit, bert_snapshot = hub_cache(hf_home, "org/tiny-bert")
   roberta_commit, _ = hub_cache(hf_home, "org/tiny-roberta", model_type="roberta", weights_format="flax", num_layers=1)
   env = ht.subprocess_env(devices=1, HF_HOME=hf_home, HF_HUB_OFFLINE=1)
   runs = {"bert": ("org/tiny-bert", bert_commit, BERT),
@@ -45,6 +45,10 @@ def test_hub_ids_train_offline_and_predict_without_the_cache(tmp_path):
   assert json.loads((tmp_path / "roberta" / "results.json").read_text())["status"] == "finished"
   results = json.loads((tmp_path / "bert" / "results.json").read_text())
   assert results["status"] == "finished" and results["dev"]["f1"] > 0.5, results.get("dev")
+  assert json.loads((tmp_path / "bert" / "encoder.json").read_text()) == json.loads(
+      (bert_snapshot / "config.json").read_text())
+  best = tmp_path / "bert" / "best" / str(results["best_step"])  # parameters only: predict never reads Adam's moments
+  assert (best / "params").is_dir() and not (best / "state").exists()
 
   shutil.rmtree(hf_home)
   text = "abc_[12_Xyz]_qq_777_Hello"
@@ -57,7 +61,7 @@ def test_hub_ids_train_offline_and_predict_without_the_cache(tmp_path):
   assert {(e["start"], e["end"], e["type"]) for e in ents} & {(16, 19, "NUM"), (4, 12, "BOX"), (5, 7, "NUM")}
 
 
-def test_gs_encoder_folder_is_copied_once(gcs_env, tmp_path, monkeypatch):  # noqa: F811
+def test_gs_encoder_folder_is_copied_once(gcs_env, tmp_path, monkeypatch):
   from etils import epath
 
   from gp_jax import storage

@@ -17,7 +17,7 @@ SPANS = {"肺炎支原体感染": "dis", "肺炎": "dis", "支原体": "mic", "�
 
 
 def _tiny_chinese_bert(directory):
-  """transformers BertConfig/BertModel.save_pretrained (2 layers, hidden 32) + a char WordPiece vocab."""
+  """transformers BertConfig/BertModel.save_pretrained (1 layer, hidden 32) + a char WordPiece vocab."""
   from transformers import BertConfig, BertModel, BertTokenizerFast
 
   os.makedirs(directory, exist_ok=True)
@@ -25,7 +25,7 @@ def _tiny_chinese_bert(directory):
   with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
     f.write("\n".join(vocab) + "\n")
   BertTokenizerFast(os.path.join(directory, "vocab.txt"), do_lower_case=True).save_pretrained(directory)
-  cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+  cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                    intermediate_size=64, max_position_embeddings=64)
   BertModel(cfg, add_pooling_layer=False).save_pretrained(directory, safe_serialization=True)
 

@@ -6,10 +6,7 @@ import json
 import os
 import pathlib
 import random
-import shutil
 import string
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -46,35 +43,6 @@ def _tiny_bert_dir(directory):
              for k, v in _hf_weights(cfg, np.random.default_rng(0)).items()}
   _write_checkpoint(pathlib.Path(directory), hf, weights)
   return hf
-
-
-def test_bert_workdir_is_self_contained(tmp_path):
-  """Train a tiny BERT through gp_jax.main, delete its pretrained folder, predict from the workdir alone."""
-  pretrained, workdir = str(tmp_path / "tiny_bert"), str(tmp_path / "run")
-  hf_cfg = _tiny_bert_dir(pretrained)
-  overrides = {"model.encoder": "bert", "model.pretrained": pretrained, "model.dropout": 0.0,
-               "num_train_steps": 120, "optimizer.lr": 3e-3, "optimizer.head_lr": 1e-2, "optimizer.warmup_steps": 5,
-               "data.synthetic_records": 400}
-  out = ht.run_main(workdir, timeout=TIMEOUT, env=ht.subprocess_env(devices=1), **overrides)
-  assert out.returncode == 0, out.stdout[-4000:]
-  results = json.load(open(os.path.join(workdir, "results.json")))
-  assert results["status"] == "finished" and results["dev"]["f1"] > 0.5, results.get("dev")
-  assert json.load(open(os.path.join(workdir, "encoder.json"))) == hf_cfg
-  # best/ holds parameters only: predict never reads the Adam moments.
-  best = os.path.join(workdir, "best", str(results["best_step"]))
-  assert os.path.isdir(os.path.join(best, "params")) and not os.path.exists(os.path.join(best, "state"))
-
-  shutil.rmtree(pretrained)
-  text = "abc_[12_Xyz]_qq_777_Hello"
-  pred = subprocess.run([sys.executable, "-m", "gp_jax.predict", f"--workdir={workdir}", "--batch_size=4"],
-                        input=text + "\n", cwd=ht.REPO, env=ht.subprocess_env(devices=1), stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE, text=True, timeout=TIMEOUT)
-  assert pred.returncode == 0, pred.stderr[-4000:]
-  ents = json.loads(pred.stdout)["entities"]
-  assert ents, pred.stdout
-  for e in ents:
-    assert text[e["start"]:e["end"]] == e["text"]
-  assert {(e["start"], e["end"], e["type"]) for e in ents} & {(16, 19, "NUM"), (4, 12, "BOX"), (5, 7, "NUM")}
 
 
 def test_init_from_starts_from_the_other_runs_parameters(tmp_path):
