@@ -1,5 +1,6 @@
 """Test setup: 8 fake CPU devices so sharding code runs on one machine; tests under tests/e2e/ get the `e2e`
-marker (unit tests alone: `pytest -m "not e2e"`)."""
+marker, as do tests elsewhere that read the real corpora or start worker subprocesses (unit tests alone:
+`pytest -m "not e2e"`)."""
 
 import os
 

@@ -160,16 +160,19 @@ def _run_pool(root: str, tmp_path, extra_env: dict) -> None:
   assert took_over == 1  # the killed worker's point
 
 
+@pytest.mark.e2e
 def test_four_workers_local_one_killed(tmp_path):
   _run_pool(str(tmp_path / "sweep"), tmp_path, {})
   assert not any((tmp_path / "sweep" / d / "_launch").exists() for d in os.listdir(tmp_path / "sweep")
                  if d != "_launch")
 
 
+@pytest.mark.e2e
 def test_four_workers_gcs_one_killed(gcs, tmp_path):
   _run_pool("gs://bucket/pool", tmp_path, gcs[1])
 
 
+@pytest.mark.e2e
 def test_second_main_on_a_workdir_refuses(tmp_path):
   """A live lease on a workdir: gp_jax.main exits 2 in one line naming the holder, before touching JAX state."""
   from tests import helpers_train as ht

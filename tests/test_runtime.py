@@ -73,6 +73,7 @@ def children():
   return {mode: _child(mode) for mode in ("unrolled", "rolled")}
 
 
+@pytest.mark.e2e
 def test_unrolled_threefry_gives_the_reference_bits_without_a_loop(children):
   run = children["unrolled"]
   assert run["mode"] == "unrolled"
@@ -83,6 +84,7 @@ def test_unrolled_threefry_gives_the_reference_bits_without_a_loop(children):
   np.testing.assert_array_equal(np.asarray(run["out"], np.uint32), np.concatenate([x0, x1]))
 
 
+@pytest.mark.e2e
 def test_rolled_and_unrolled_lowerings_draw_the_same_dropout_masks(children):
   assert children["rolled"]["mode"] == "rolled" and children["rolled"]["while"]
   assert children["rolled"]["out"] == children["unrolled"]["out"]

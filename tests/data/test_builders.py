@@ -323,18 +323,21 @@ def real_counts(name, split, shared_data, real_tfds, manual=None):
   return len(records), sum(len(r["entities"]) for r in records), records
 
 
+@pytest.mark.e2e
 def test_real_cluener2020(shared_data, real_tfds):
   assert real_counts("cluener2020", "train", shared_data, real_tfds)[:2] == (10748, 23971)
   assert real_counts("cluener2020", "dev", shared_data, real_tfds)[:2] == (1343, 3072)
   assert real_counts("cluener2020", "test", shared_data, real_tfds)[:2] == (1345, 0)
 
 
+@pytest.mark.e2e
 def test_real_conll2003(shared_data, real_tfds):
   assert real_counts("conll2003", "train", shared_data, real_tfds)[:2] == (14041, 23499)
   assert real_counts("conll2003", "dev", shared_data, real_tfds)[:2] == (3250, 5942)
   assert real_counts("conll2003", "test", shared_data, real_tfds)[:2] == (3453, 5648)
 
 
+@pytest.mark.e2e
 def test_real_germeval2014(shared_data, real_tfds):
   from gp_jax.data import read_conll
   from gp_jax.data.builders.base import read_member
@@ -349,12 +352,14 @@ def test_real_germeval2014(shared_data, real_tfds):
   assert real_counts("germeval2014", "test", shared_data, real_tfds)[:2] == (5100, 6178 + 515)
 
 
+@pytest.mark.e2e
 def test_real_people_daily(shared_data, real_tfds):
   assert real_counts("people_daily", "dev", shared_data, real_tfds)[:2] == (2318, 3819)
   assert real_counts("people_daily", "test", shared_data, real_tfds)[:2] == (4636, 7707)
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_real_msra(shared_data, real_tfds):
   from gp_jax.data import pypi_cache
 
