@@ -118,8 +118,10 @@ def matmul_peak(n: int = 2048, repeats: int = 7) -> dict:
   except ImportError:
     pass
   else:
-    ta = torch.from_numpy(np.array(a))
-    fns["torch"] = lambda: torch.mm(ta, ta)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    ta = torch.from_numpy(np.array(a)).to(dev)
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    fns["torch"] = lambda: (torch.mm(ta, ta), sync())
   out = {}
   for name, fn in fns.items():
     fn()  # compile / warm up
@@ -140,6 +142,8 @@ def make_torch_step(hf: dict, pretrained, *, batch: dict, num_types: int, head_s
   from torch import nn  # pylint: disable=g-import-not-at-top
   from transformers import BertConfig, BertModel  # pylint: disable=g-import-not-at-top
 
+  dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
   class GlobalPointer(nn.Module):
     """As in the public ports (e.g. GlobalPointer_pytorch): dense logits, 1e12 masks, sinusoidal RoPE."""
 
@@ -150,8 +154,8 @@ def make_torch_step(hf: dict, pretrained, *, batch: dict, num_types: int, head_s
       self.dense = nn.Linear(encoder.config.hidden_size, ent_type_size * inner_dim * 2)
 
     def sinusoidal_position_embedding(self, batch_size, seq_len, output_dim):
-      position_ids = torch.arange(0, seq_len, dtype=torch.float).unsqueeze(-1)
-      indices = torch.arange(0, output_dim // 2, dtype=torch.float)
+      position_ids = torch.arange(0, seq_len, dtype=torch.float, device=dev).unsqueeze(-1)
+      indices = torch.arange(0, output_dim // 2, dtype=torch.float, device=dev)
       indices = torch.pow(10000, -2 * indices / output_dim)
       embeddings = position_ids * indices
       embeddings = torch.stack([torch.sin(embeddings), torch.cos(embeddings)], dim=-1)
@@ -190,17 +194,17 @@ def make_torch_step(hf: dict, pretrained, *, batch: dict, num_types: int, head_s
 
   torch.manual_seed(0)
   encoder = BertModel.from_pretrained(str(pretrained)) if pretrained else BertModel(BertConfig(**hf))
-  model = GlobalPointer(encoder, num_types, head_size)
+  model = GlobalPointer(encoder, num_types, head_size).to(dev)
   model.train()
   opt = torch.optim.AdamW(model.parameters(), lr=lr)
-  ids = torch.from_numpy(batch["features"]["input_ids"]).long()
-  types = torch.from_numpy(batch["features"]["token_type_ids"]).long()
-  mask = torch.from_numpy(batch["attention_mask"]).long()
+  ids = torch.from_numpy(batch["features"]["input_ids"]).long().to(dev)
+  types = torch.from_numpy(batch["features"]["token_type_ids"]).long().to(dev)
+  mask = torch.from_numpy(batch["attention_mask"]).long().to(dev)
   B, H, L = batch["span_ids"].shape
   labels = np.zeros((B, H, L * L), np.float32)  # the ports' dense labels, built in the collate function
   b_, h_, k_ = np.nonzero(batch["span_ids"] >= 0)
   labels[b_, h_, batch["span_ids"][b_, h_, k_]] = 1
-  labels_t = torch.from_numpy(labels)
+  labels_t = torch.from_numpy(labels).to(dev)
 
   def loss_fn():
     logits = model(ids, mask, types)
@@ -294,6 +298,10 @@ def main(argv=None):
   p.add_argument("--warmup", type=int, default=1, help="untimed steps after compilation")
   p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = CPU count; JAX uses every core)")
   p.add_argument("--no-torch", action="store_true", help="project side only")
+  p.add_argument("--torch_tf32", action="store_true",
+                 help="GPU: let torch's f32 matmuls use TF32, as JAX's default precision does on Ampere and later "
+                      "(without it torch runs strict f32 there: not like for like; or set "
+                      "JAX_DEFAULT_MATMUL_PRECISION=highest)")
   p.add_argument("--torch_compile", "--torch-compile", action="store_true",
                  help="also time the PyTorch port under torch.compile (inductor)")
   p.add_argument("--no-runtime", action="store_true", help="skip gp_jax.runtime.configure() (as gp_jax.main runs)")
@@ -314,9 +322,13 @@ def main(argv=None):
       use_torch = False
     else:
       torch.set_num_threads(args.threads or os.cpu_count())
+      torch.backends.cuda.matmul.allow_tf32 = args.torch_tf32
   start = common.LoadWatch()
   print(common.machine_line("train_step")
         + (f" | torch {torch.__version__} threads={torch.get_num_threads()}" if use_torch else ""), flush=True)
+  print(f"precision: jax_default_matmul_precision={jax.config.jax_default_matmul_precision!r}"
+        + (f" | torch cuda={torch.cuda.is_available()} allow_tf32={torch.backends.cuda.matmul.allow_tf32} "
+           f"float32_matmul_precision={torch.get_float32_matmul_precision()!r}" if use_torch else ""), flush=True)
   peak = matmul_peak()
   print("f32 matmul peak (2048^3, best of 7): jax " + f"{peak['jax']:.0f} GFLOP/s"
         + (f", torch {peak['torch']:.0f} GFLOP/s" if "torch" in peak else ""))
