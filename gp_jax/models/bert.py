@@ -19,7 +19,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from gp_jax.models import layers
 from gp_jax.models.layers import linear
 
 ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
@@ -135,8 +134,9 @@ class BertLayer(nnx.Module):
   def __call__(self, x_BLD: jax.Array, mask_BL: jax.Array) -> jax.Array:
     B, L, D = x_BLD.shape
     H = self.num_heads
-    q_BLD, k_BLD, v_BLD = layers.fused_linear(x_BLD, (self.query, self.key, self.value))  # one [D, 3D] matmul
-    q_BLHK, k_BLHK, v_BLHK = (t.reshape(B, L, H, D // H) for t in (q_BLD, k_BLD, v_BLD))
+    q_BLHK = self.query(x_BLD).reshape(B, L, H, D // H)
+    k_BLHK = self.key(x_BLD).reshape(B, L, H, D // H)
+    v_BLHK = self.value(x_BLD).reshape(B, L, H, D // H)
     # Scores and softmax in f32 (also under bf16 compute); masked keys get the f32 minimum, so a
     # row with no valid key (an all-padding filler row) is uniform, never NaN.
     logits_BHLL = jnp.einsum("bqhk,bshk->bhqs", q_BLHK, k_BLHK, preferred_element_type=jnp.float32)
