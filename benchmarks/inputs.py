@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import types as pytypes
 
 import jax
@@ -102,3 +104,47 @@ def msra_inputs(vocab: int = 4734, bigram_vocab: int = 50002):
                                       feature_names=("input_ids", "bigram_ids"),
                                       pad_values={"input_ids": 0, "bigram_ids": 0})
   return tokenizer, {"input_ids": (2, vocab, 0), "bigram_ids": (2, bigram_vocab, 0)}
+
+
+BERT_BASE = {  # bert-base-chinese's config.json, architecture fields
+    "model_type": "bert", "vocab_size": 21128, "hidden_size": 768, "num_hidden_layers": 12,
+    "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 512, "type_vocab_size": 2,
+    "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+    "layer_norm_eps": 1e-12, "pad_token_id": 0, "initializer_range": 0.02,
+}
+
+
+def encoder_source(model: str, layers: int):
+  """-> (HF config dict, pretrained dir or None for random init) of `--model` / `--layers`."""
+  if model == "bert-base":
+    hf, pretrained = dict(BERT_BASE), None
+  else:
+    from gp_jax.models.pretrained import minilm_l6_path  # pylint: disable=g-import-not-at-top
+
+    pretrained = minilm_l6_path()
+    with open(os.path.join(pretrained, "config.json")) as f:
+      hf = json.load(f)
+  if layers:
+    hf["num_hidden_layers"], pretrained = layers, None
+  return hf, pretrained
+
+
+def bert_inputs(hf: dict):
+  """(tokenizer stand-in, synthetic_batch feature ranges) of a BERT vocabulary."""
+  pad = hf.get("pad_token_id", 0)
+  tokenizer = pytypes.SimpleNamespace(vocab_size=hf["vocab_size"], pad_token_id=pad,
+                                      feature_names=("input_ids", "token_type_ids"),
+                                      pad_values={"input_ids": pad, "token_type_ids": 0})
+  return tokenizer, {"input_ids": (1000, hf["vocab_size"], pad), "token_type_ids": (0, 0, 0)}
+
+
+def bert_config(num_types: int, head_size: int):
+  from gp_jax.configs import base  # pylint: disable=g-import-not-at-top
+
+  c = base.get_config("encoder=bert")
+  c.model.pretrained = "minilm"
+  c.model.head = "standard"
+  c.model.head_size = head_size
+  c.model.dropout = 0.1
+  c.loss.kind = "sparse_zlpr"
+  return c, [f"T{i}" for i in range(num_types)]

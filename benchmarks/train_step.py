@@ -32,67 +32,20 @@ matmuls only (encoder Dense layers, attention QK^T and PV, head Dense and span s
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import types as pytypes
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import common
-from benchmarks.inputs import ProjectStep, synthetic_batch
+from benchmarks.inputs import ProjectStep, bert_config, bert_inputs, encoder_source, synthetic_batch
 
-BERT_BASE = {  # bert-base-chinese's config.json, architecture fields
-    "model_type": "bert", "vocab_size": 21128, "hidden_size": 768, "num_hidden_layers": 12,
-    "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 512, "type_vocab_size": 2,
-    "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
-    "layer_norm_eps": 1e-12, "pad_token_id": 0, "initializer_range": 0.02,
-}
 MODELS = {"minilm": ("all-MiniLM-L6-v2", "16x128,4x512"),  # name, default shapes
           "bert-base": ("BERT-base (bert-base-chinese shape)", "16x256")}
 COMPILER_HINT = ("inductor on CPU needs a C++ compiler: install one from a package registry (apt-get install g++, "
                  "or conda install -c conda-forge cxx-compiler) and point CXX at it")
-
-
-# ----------------------------------------------------------------------------- project side
-
-
-def encoder_source(model: str, layers: int):
-  """-> (HF config dict, pretrained dir or None for random init) of `--model` / `--layers`."""
-  if model == "bert-base":
-    hf, pretrained = dict(BERT_BASE), None
-  else:
-    from gp_jax.models.pretrained import minilm_l6_path  # pylint: disable=g-import-not-at-top
-
-    pretrained = minilm_l6_path()
-    with open(os.path.join(pretrained, "config.json")) as f:
-      hf = json.load(f)
-  if layers:
-    hf["num_hidden_layers"], pretrained = layers, None
-  return hf, pretrained
-
-
-def bert_inputs(hf: dict):
-  """(tokenizer stand-in, synthetic_batch feature ranges) of a BERT vocabulary."""
-  pad = hf.get("pad_token_id", 0)
-  tokenizer = pytypes.SimpleNamespace(vocab_size=hf["vocab_size"], pad_token_id=pad,
-                                      feature_names=("input_ids", "token_type_ids"),
-                                      pad_values={"input_ids": pad, "token_type_ids": 0})
-  return tokenizer, {"input_ids": (1000, hf["vocab_size"], pad), "token_type_ids": (0, 0, 0)}
-
-
-def bert_config(num_types: int, head_size: int):
-  from gp_jax.configs import base  # pylint: disable=g-import-not-at-top
-
-  c = base.get_config("encoder=bert")
-  c.model.pretrained = "minilm"
-  c.model.head = "standard"
-  c.model.head_size = head_size
-  c.model.dropout = 0.1
-  c.loss.kind = "sparse_zlpr"
-  return c, [f"T{i}" for i in range(num_types)]
 
 
 # ----------------------------------------------------------------------------- FLOPs and peak
