@@ -109,3 +109,24 @@ def find_checkpoint_dir(workdir):
       return d
   raise FileNotFoundError(f"no Orbax checkpoint under {os.fspath(workdir)!r} (looked in best/, ckpt/ and the "
                           "folder itself)")
+
+
+def restore_numpy(workdir, *, sub: str = "ckpt", step: int | None = None):
+  """(step, tree of numpy arrays) of workdir/<sub> (latest step by default), read onto one device whatever mesh
+  or number of processes wrote it: the train state from ckpt/, the parameters from best/. None when there is
+  no checkpoint. For comparing runs (tests, benchmarks.chaos), not for resuming."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  mngr = make_manager(storage.path(workdir) / sub, keep=100)
+  try:
+    step = mngr.latest_step() if step is None else step
+    if step is None:
+      return None
+    item = "params" if sub == "best" else "state"
+    meta = ocp.StandardCheckpointer().metadata(os.path.join(mngr.directory, str(step), item)).item_metadata
+    one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one), meta.tree)
+    out = mngr.restore(step, args=ocp.args.Composite(**{item: ocp.args.StandardRestore(abstract)}))
+    return step, jax.tree.map(np.asarray, out[item])
+  finally:
+    mngr.close()

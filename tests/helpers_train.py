@@ -184,29 +184,10 @@ def killed_beside_reference(ref_dir: str, run_dir: str, *, kill_step: int, env, 
 
 
 def restore_state(workdir: str, *, sub: str = "ckpt", step: int | None = None):
-  """(step, state as numpy) of workdir/<sub> (latest step by default), restored onto this process's first device.
-  best/ holds parameters only: then the params tree is returned.
-
-  Works for checkpoints written by any mesh or number of processes; None when there is no checkpoint.
-  """
-  import jax
-  import orbax.checkpoint as ocp
-
+  """(step, state as numpy) of workdir/<sub>; best/ holds parameters only (`checkpoint.restore_numpy`)."""
   from gp_jax import checkpoint as ckpt_lib
 
-  mngr = ckpt_lib.make_manager(os.path.join(workdir, sub), keep=100)
-  try:
-    step = mngr.latest_step() if step is None else step
-    if step is None:
-      return None
-    item = "params" if sub == "best" else "state"
-    meta = ocp.StandardCheckpointer().metadata(os.path.join(mngr.directory, str(step), item)).item_metadata
-    one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one), meta.tree)
-    out = mngr.restore(step, args=ocp.args.Composite(**{item: ocp.args.StandardRestore(abstract)}))
-    return step, jax.tree.map(np.asarray, out[item])
-  finally:
-    mngr.close()
+  return ckpt_lib.restore_numpy(workdir, sub=sub, step=step)
 
 
 def flat(tree) -> dict:

@@ -1,0 +1,140 @@
+"""Chaos: one training run SIGKILLed at `--kills` random moments (checkpoint saves included) and restarted after
+each, against an uninterrupted run of the same config: the final train state and best parameters must be
+bit-identical.
+
+  python -m benchmarks.chaos --kills 50 [--seed 0] [--workdir /tmp/gp_jax_chaos]
+
+The run is `python -m gp_jax.main` on experiments/synthetic.py with a tiny model (`TINY`: many steps, a
+checkpoint every 2 steps), so a restart costs a few seconds (one persistent compilation cache for all runs).
+A kill moment is drawn uniformly over the uninterrupted run's wall time (random moments are the point here, so
+this is the one place a sleep decides when something happens). A kill counts as "during a save" when Orbax's
+temporary checkpoint folder is left behind. Leases are shortened (`GP_JAX_LEASE_HEARTBEAT_S`) so a restart takes
+over the killed run's lease at once. Prints one line per kill with --verbose, and a summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = {"data.synthetic_records": 240, "data.max_eval_records": 48, "data.max_len": 48, "data.buckets": "()",
+        "model.embed_dim": 16, "model.bigram_dim": 16, "model.hidden_size": 32, "model.num_layers": 2,
+        "model.head_size": 16, "batch_size": 16, "eval_batch_size": 64, "optimizer.warmup_steps": 5,
+        "num_train_steps": 120, "checkpoint_every_steps": 2, "eval_every_steps": 30, "log_every_steps": 10,
+        "progress_bar": False}
+
+
+def command(workdir: str) -> list[str]:
+  return [sys.executable, "-m", "gp_jax.main", "--config=experiments/synthetic.py", f"--workdir={workdir}",
+          *[f"--config.{k}={v}" for k, v in TINY.items()]]
+
+
+def environment(cache: str) -> dict:
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
+             JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             GP_JAX_LEASE_HEARTBEAT_S="0.2", GP_JAX_LEASE_STALE_BEATS="2", PYTHONPATH=REPO)
+  return env
+
+
+def finished(workdir: str) -> bool:
+  try:
+    with open(os.path.join(workdir, "results.json")) as f:
+      return json.load(f).get("status") == "finished"
+  except (OSError, ValueError):
+    return False
+
+
+def same(a, b) -> tuple[bool, float]:
+  """(bit-identical, max abs difference) of two trees of numpy arrays."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+  if len(la) != len(lb):
+    return False, float("inf")
+  diff = max((float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)))) if x.size else 0.0)
+             for x, y in zip(la, lb))
+  return all(np.array_equal(x, y) for x, y in zip(la, lb)), diff
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--kills", type=int, default=50, help="SIGKILLs before the run may finish")
+  p.add_argument("--seed", type=int, default=0, help="seeds the kill moments")
+  p.add_argument("--workdir", default="", help="where the two runs go (default: a temporary folder, removed)")
+  p.add_argument("--verbose", action="store_true", help="a line per kill")
+  args = p.parse_args(argv)
+  root = args.workdir or tempfile.mkdtemp(prefix="gp_jax_chaos_")
+  cache = os.path.join(root, "jit_cache")
+  env = environment(cache)
+  ref_dir, run_dir = os.path.join(root, "reference"), os.path.join(root, "chaos")
+  rng = random.Random(args.seed)
+  t0 = time.monotonic()
+  subprocess.run(command(ref_dir), cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)  # also fills the compilation cache
+  t0 = time.monotonic()
+  subprocess.run(command(os.path.join(root, "timing")), cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
+  wall = time.monotonic() - t0
+  kills = during_save = starts = refused = 0
+  while kills < args.kills and not finished(run_dir):
+    proc = subprocess.Popen(command(run_dir), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    starts += 1
+    moment = rng.uniform(0.0, wall)
+    try:
+      rc = proc.wait(timeout=moment)
+    except subprocess.TimeoutExpired:
+      proc.send_signal(signal.SIGKILL)
+      proc.wait()
+      kills += 1
+      saving = bool(glob.glob(os.path.join(run_dir, "*", "*.orbax-checkpoint-tmp*")))
+      during_save += saving
+      if args.verbose:
+        print(f"kill {kills}: at {moment:.2f} s{' (during a save)' if saving else ''}", flush=True)
+      continue
+    err = proc.stderr.read()
+    if rc == 2 and "lease" in err:  # the killed run's lease is not stale yet: try again
+      refused += 1
+      time.sleep(0.5)  # two heartbeats: the lease goes stale
+      continue
+    if rc != 0:
+      raise SystemExit(f"chaos: the run failed with exit status {rc}:\n{err[-3000:]}")
+  while not finished(run_dir):
+    proc = subprocess.run(command(run_dir), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
+    starts += 1
+    if proc.returncode == 2 and "lease" in proc.stderr:
+      refused += 1
+      time.sleep(0.5)
+    elif proc.returncode != 0:
+      raise SystemExit(f"chaos: the run failed with exit status {proc.returncode}:\n{proc.stderr[-3000:]}")
+  from gp_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+
+  results = {}
+  for sub in ("ckpt", "best"):
+    (sa, a), (sb, b) = ckpt_lib.restore_numpy(ref_dir, sub=sub), ckpt_lib.restore_numpy(run_dir, sub=sub)
+    results[sub] = (sa == sb, *same(a, b))
+  ok = all(r[0] and r[1] for r in results.values())
+  verdict = {sub: "bit-identical" if r[1] else f"DIFFERENT (max |diff| {r[2]:.3g})" for sub, r in results.items()}
+  print(f"chaos: {kills} SIGKILLs ({during_save} during a checkpoint save), {starts} starts, {refused} refused by the "
+        f"lease; uninterrupted run {wall:.1f} s; final train state {verdict['ckpt']}, best parameters "
+        f"{verdict['best']}; {'OK' if ok else 'FAILED'}", flush=True)
+  if not args.workdir:
+    shutil.rmtree(root, ignore_errors=True)
+  sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+  main()
