@@ -6,9 +6,10 @@ bit-identical.
 
 The run is `python -m gp_jax.main` on experiments/synthetic.py with a tiny model (`TINY`: many steps, a
 checkpoint every 2 steps), so a restart costs a few seconds (one persistent compilation cache for all runs).
-A kill moment is drawn uniformly over the uninterrupted run's wall time (random moments are the point here, so
-this is the one place a sleep decides when something happens). A kill counts as "during a save" when Orbax's
-temporary checkpoint folder is left behind. Leases are shortened (`GP_JAX_LEASE_HEARTBEAT_S`) so a restart takes
+A kill moment is drawn uniformly over start-up plus `--window` seconds of training, so that each restart gets a
+little further and `--kills` kills fit in one run (random moments are the point here: a timeout, not a signal from
+the run, decides when the kill comes). A kill counts as "during a save" when it leaves
+a new Orbax temporary checkpoint folder behind. Leases are shortened (`GP_JAX_LEASE_HEARTBEAT_S`) so a restart takes
 over the killed run's lease at once. Prints one line per kill with --verbose, and a summary line.
 """
 
@@ -32,7 +33,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {"data.synthetic_records": 240, "data.max_eval_records": 48, "data.max_len": 48, "data.buckets": "()",
         "model.embed_dim": 16, "model.bigram_dim": 16, "model.hidden_size": 32, "model.num_layers": 2,
         "model.head_size": 16, "batch_size": 16, "eval_batch_size": 64, "optimizer.warmup_steps": 5,
-        "num_train_steps": 120, "checkpoint_every_steps": 2, "eval_every_steps": 30, "log_every_steps": 10,
+        "num_train_steps": 600, "checkpoint_every_steps": 2, "eval_every_steps": 150, "log_every_steps": 10,
         "progress_bar": False}
 
 
@@ -56,6 +57,21 @@ def finished(workdir: str) -> bool:
     return False
 
 
+def time_to_first_log(workdir: str, env: dict) -> float:
+  """Seconds from start to the first logged training step (start-up, data, compile) of a run that is then
+  stopped."""
+  t0 = time.monotonic()
+  proc = subprocess.Popen(command(workdir), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
+  for line in proc.stderr:
+    if "train loss" in line:
+      break
+  seconds = time.monotonic() - t0
+  proc.kill()
+  proc.wait()
+  return seconds
+
+
 def same(a, b) -> tuple[bool, float]:
   """(bit-identical, max abs difference) of two trees of numpy arrays."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -73,6 +89,8 @@ def main(argv=None):
   p.add_argument("--kills", type=int, default=50, help="SIGKILLs before the run may finish")
   p.add_argument("--seed", type=int, default=0, help="seeds the kill moments")
   p.add_argument("--workdir", default="", help="where the two runs go (default: a temporary folder, removed)")
+  p.add_argument("--window", type=float, default=2.0,
+                 help="kill moments are drawn over start-up plus this many seconds of training")
   p.add_argument("--verbose", action="store_true", help="a line per kill")
   args = p.parse_args(argv)
   root = args.workdir or tempfile.mkdtemp(prefix="gp_jax_chaos_")
@@ -80,26 +98,25 @@ def main(argv=None):
   env = environment(cache)
   ref_dir, run_dir = os.path.join(root, "reference"), os.path.join(root, "chaos")
   rng = random.Random(args.seed)
-  t0 = time.monotonic()
   subprocess.run(command(ref_dir), cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL,
-                 stderr=subprocess.DEVNULL)  # also fills the compilation cache
-  t0 = time.monotonic()
-  subprocess.run(command(os.path.join(root, "timing")), cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL,
-                 stderr=subprocess.DEVNULL)
-  wall = time.monotonic() - t0
+                 stderr=subprocess.DEVNULL)  # the uninterrupted run; also fills the compilation cache
+  startup = time_to_first_log(os.path.join(root, "timing"), env)
+  window = startup + args.window
   kills = during_save = starts = refused = 0
+  tmp_pattern = os.path.join(run_dir, "*", "*.orbax-checkpoint-tmp*")
   while kills < args.kills and not finished(run_dir):
+    left_before = set(glob.glob(tmp_pattern))
     proc = subprocess.Popen(command(run_dir), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     starts += 1
-    moment = rng.uniform(0.0, wall)
+    moment = rng.uniform(0.0, window)
     try:
       rc = proc.wait(timeout=moment)
     except subprocess.TimeoutExpired:
       proc.send_signal(signal.SIGKILL)
       proc.wait()
       kills += 1
-      saving = bool(glob.glob(os.path.join(run_dir, "*", "*.orbax-checkpoint-tmp*")))
+      saving = bool(set(glob.glob(tmp_pattern)) - left_before)  # a save this start began and did not finish
       during_save += saving
       if args.verbose:
         print(f"kill {kills}: at {moment:.2f} s{' (during a save)' if saving else ''}", flush=True)
@@ -129,7 +146,8 @@ def main(argv=None):
   ok = all(r[0] and r[1] for r in results.values())
   verdict = {sub: "bit-identical" if r[1] else f"DIFFERENT (max |diff| {r[2]:.3g})" for sub, r in results.items()}
   print(f"chaos: {kills} SIGKILLs ({during_save} during a checkpoint save), {starts} starts, {refused} refused by the "
-        f"lease; uninterrupted run {wall:.1f} s; final train state {verdict['ckpt']}, best parameters "
+        f"lease; kill moments uniform over 0..{window:.1f} s after each start (start-up to the first logged step "
+        f"{startup:.1f} s); final train state {verdict['ckpt']}, best parameters "
         f"{verdict['best']}; {'OK' if ok else 'FAILED'}", flush=True)
   if not args.workdir:
     shutil.rmtree(root, ignore_errors=True)
