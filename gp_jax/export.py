@@ -86,12 +86,14 @@ def _one_device(tree):
   return jax.device_put(tree, jax.devices("cpu")[0] if jax.default_backend() == "cpu" else jax.devices()[0])
 
 
-def export_stablehlo(fn, *, num_arrays: int, platforms=None):
-  """`jax.export` of `fn` with symbolic (B, L) int32 arrays and a float32 threshold -> Exported."""
+def export_stablehlo(fn, *, num_arrays: int, platforms=None, max_len: int | None = None):
+  """`jax.export` of `fn` with symbolic (B, L) int32 arrays and a float32 threshold -> Exported. `max_len` bounds
+  L (windows never exceed it), which decides the BERT encoder's position-table check."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
-  B, L = jax.export.symbolic_shape("B, L", constraints=("L >= 2",))  # lax.scan (CRF) needs L - 1 >= 1
+  constraints = ("L >= 2",) + ((f"L <= {max_len}",) if max_len else ())  # lax.scan (CRF) needs L - 1 >= 1
+  B, L = jax.export.symbolic_shape("B, L", constraints=constraints)
   args = [jax.ShapeDtypeStruct((B, L), jnp.int32)] * num_arrays + [jax.ShapeDtypeStruct((), jnp.float32)]
   return jax.export.export(jax.jit(fn), platforms=platforms)(*args)
 
@@ -167,7 +169,7 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
   with tempfile.TemporaryDirectory(prefix="gp_jax_export_") as tmp:
     model_path = os.path.join(tmp, MODEL_FILES[fmt])
     if fmt == "stablehlo":
-      exported = export_stablehlo(fn, num_arrays=len(names), platforms=platforms)
+      exported = export_stablehlo(fn, num_arrays=len(names), platforms=platforms, max_len=int(config.data.max_len))
       with open(model_path, "wb") as f:
         f.write(exported.serialize())
     else:
