@@ -39,7 +39,6 @@ MODEL_FILES = {"stablehlo": "model.jax_export", "onnx": "model.onnx"}
 BATCH_FIELDS = ("attention_mask", "span_mask", "positions")
 OUTPUTS = ("count", "coords", "hit_scores", "scores")
 DEFAULT_HIT_BUFFER = 4096
-SPAN_HEADS = ("standard", "efficient")
 
 
 class ExportError(Exception):
@@ -153,11 +152,14 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
 
   if fmt not in MODEL_FILES:
     raise ExportError(f"--format must be one of {sorted(MODEL_FILES)}, got {fmt!r}")
+  from gp_jax.models.heads import HEADS  # pylint: disable=g-import-not-at-top
+  from gp_jax.models.taggers import TAGGERS  # pylint: disable=g-import-not-at-top
+
   config, tokenizer, types = setup.config, setup.tokenizer, setup.types
   head = config.model.head
-  is_tagger = head not in SPAN_HEADS
+  is_tagger = head in TAGGERS
   if fmt == "onnx" and is_tagger:
-    raise ExportError(f"--format=onnx exports span heads only ({', '.join(SPAN_HEADS)}); the {head} head decodes "
+    raise ExportError(f"--format=onnx exports span heads only ({', '.join(sorted(HEADS))}); the {head} head decodes "
                       "tags inside the function: use --format=stablehlo")
   if is_tagger:
     hit_buffer = max(hit_buffer, int(config.data.max_len))  # one window never overflows (see ExportedModel)

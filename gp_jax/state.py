@@ -115,7 +115,6 @@ class Training:
   """What the training loop works on: the model setup, optimizer and train state, the data iterator, and the
   resume / best checkpoint managers."""
 
-
   setup: Setup
   state: dict
   tx: object
@@ -135,7 +134,7 @@ def build_training(run, splits, tokenizer, types) -> Training:
   best_mngr = ckpt_lib.make_manager(run.workdir / "best", keep=1, best=True)
   resuming = mngr.latest_step() is not None
   setup, params = init_model(config, tokenizer, types, run.mesh, load_weights=not resuming,
-                                       encoder_config=wd.load_encoder_config(run.workdir) if resuming else None)
+                             encoder_config=wd.load_encoder_config(run.workdir) if resuming else None)
   n_params = param_count(params)
   log.info("Model: %s encoder + %s head, %d parameters, dtype %s", config.model.encoder, config.model.head, n_params,
            config.model.dtype)
