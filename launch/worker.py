@@ -56,14 +56,13 @@ def load_config(run: sweep.Run):
 
 
 def resume_step(workdir: str) -> int:
-  """The latest finished checkpoint step in WORKDIR/ckpt (-1: none). Orbax's unfinalised tmp folders are skipped."""
-  from etils import epath  # pylint: disable=g-import-not-at-top
+  """The latest finalised checkpoint step in WORKDIR/ckpt (-1: none), as Orbax decides: a save that never
+  finished (a local `<step>.orbax-checkpoint-tmp-*` folder, a gs:// `<step>/` without commit_success.txt) is
+  skipped."""
+  from gp_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from gp_jax import storage  # pylint: disable=g-import-not-at-top
 
-  try:
-    steps = [int(p.name) for p in epath.Path(workdir, "ckpt").iterdir() if p.name.isdigit()]
-  except FileNotFoundError:
-    return -1
-  return max(steps, default=-1)
+  return max(ckpt_lib.finalised_steps(storage.path(workdir) / "ckpt"), default=-1)
 
 
 def config_matches(run: sweep.Run, config) -> tuple[bool, str]:
@@ -210,8 +209,8 @@ def main(argv=None) -> int:
       continue
     lease = chooser.lease if is_main else None
     if lease is not None:
-      def lost(_):
-        _print(f"{name}: lease of {run.name} taken over; stopping this worker")
+      def lost(_, point=run.name):
+        _print(f"{name}: lease of {point} taken over; stopping this worker")
         os._exit(EXIT_LOST)  # another worker runs this point now; never write beside it
 
       lease.on_lost = lost

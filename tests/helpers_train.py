@@ -157,22 +157,25 @@ def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[int]:
 
 
 def run_main(workdir: str, *, timeout: float = 180, env=None, faults=None, **overrides) -> subprocess.CompletedProcess:
-  return subprocess.run(main_command(workdir, faults=faults, **overrides), cwd=REPO, env=env or subprocess_env(), timeout=timeout,
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  return subprocess.run(main_command(workdir, faults=faults, **overrides), check=False, cwd=REPO,
+                        env=env or subprocess_env(), timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        text=True)
 
 
-def killed_beside_reference(ref_dir: str, run_dir: str, *, kill_step: int, env, cwd: str = REPO,
-                            timeout: float = 180, **overrides) -> subprocess.CompletedProcess:
+def killed_beside_reference(ref_dir: str, run_dir: str, *, kill_step: int = 0, faults: dict | None = None, env,
+                            cwd: str = REPO, timeout: float = 180, **overrides) -> subprocess.CompletedProcess:
   """Runs an uninterrupted reference in `ref_dir` beside a run in `run_dir` that SIGKILLs itself once its
-  checkpoint of `kill_step` is on disk. Asserts the reference finished and the other was killed; returns it."""
+  checkpoint of `kill_step` is on disk (or as `faults`, tests/fault_main.py flags, say). Asserts the reference
+  finished and the other was killed; returns it."""
   import signal
 
   ref = subprocess.Popen(main_command(ref_dir, **overrides), cwd=cwd, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
   try:
-    killed = subprocess.run(main_command(run_dir, faults={"sigkill_after_checkpoint_step": kill_step}, **overrides),
-                            cwd=cwd, env=env, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    killed = subprocess.run(main_command(run_dir, faults=faults or {"sigkill_after_checkpoint_step": kill_step},
+                                         **overrides),
+                            check=False, cwd=cwd, env=env, timeout=timeout, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     ref_out = ref.communicate(timeout=timeout)[0]
   finally:
     if ref.poll() is None:
