@@ -61,3 +61,20 @@ def test_gcs_retries_reach_orbax_tensorstore_context(monkeypatch):
   monkeypatch.setenv(ckpt_lib.RETRIES_ENV, '{"max_retries": 5, "delay": "1s"}')
   with pytest.raises(UserError, match="GP_JAX_GCS_RETRIES"):
     ckpt_lib.configure_gcs_retries()
+
+
+def test_storage_full_found_in_an_exception_chain():
+  from gp_jax.errors import storage_full
+
+  try:
+    try:
+      raise OSError(28, "No space left on device", "/w/metrics.jsonl")
+    except OSError as e:
+      raise RuntimeError("results.json not written") from e
+  except RuntimeError as e:
+    assert storage_full(e) == "No space left on device writing /w/metrics.jsonl"
+  ts_error = ValueError('OUT_OF_RANGE: Error writing "w/0" in OCDBT database: Failed writing: "/w/ckpt/8/d/ab": '
+                        "Failed to write 9 bytes to file 12: Disk quota exceeded [os_error_code='122']")
+  assert storage_full(ts_error) == "Disk quota exceeded writing /w/ckpt/8/d/ab"
+  assert storage_full(OSError(2, "No such file or directory")) is None
+  assert storage_full(ValueError("[os_error_code='2']")) is None
