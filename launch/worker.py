@@ -104,6 +104,13 @@ class Chooser:
       if sweep.run_status(run.workdir)[0] == sweep.FINISHED:  # finished by its last holder meanwhile
         lease.release(outcome="already finished")
         continue
+
+      def lost(_, point=run.name):
+        _print(f"{self.name}: lease of {point} taken over; stopping this worker")
+        os._exit(EXIT_LOST)  # another worker runs this point now; never write beside it
+
+      lease.on_lost = lost
+      lease.start_heartbeat()  # from now: reading the resume step and the config can take a while
       self.lease = lease
       return i
     return WAIT if waiting else NONE_LEFT
@@ -208,13 +215,6 @@ def main(argv=None) -> int:
         chooser.lease.release(outcome="config mismatch")
       continue
     lease = chooser.lease if is_main else None
-    if lease is not None:
-      def lost(_, point=run.name):
-        _print(f"{name}: lease of {point} taken over; stopping this worker")
-        os._exit(EXIT_LOST)  # another worker runs this point now; never write beside it
-
-      lease.on_lost = lost
-      lease.start_heartbeat()
     _print(f"{name}: {run.name}: {'resuming from step ' + str(step) if step >= 0 else 'starting'} "
            f"(lease epoch {lease.epoch if lease else '-'})")
     config = load_config(run)
