@@ -63,7 +63,8 @@ def configure_gcs_retries() -> dict | None:
 def make_manager(directory, *, keep: int, best: bool = False) -> ocp.CheckpointManager:
   """Async saves on one process. With several, saves block and each manager gets its own barrier
   prefix: two managers' async barriers otherwise collide ("Barrier _async_write_complete.N is
-  already ongoing")."""
+  already ongoing"); and process 0 alone lists the steps and broadcasts them, so every process restores
+  the same step even if their reads of the storage disagree."""
   configure_gcs_retries()
   directory = storage.path(directory)
   multi = jax.process_count() > 1
@@ -74,6 +75,8 @@ def make_manager(directory, *, keep: int, best: bool = False) -> ocp.CheckpointM
       keep_checkpoints_without_metrics=not best,
       create=True,
       enable_async_checkpointing=not multi,
+      **({"single_host_load_and_broadcast": True,
+          "step_name_format": ocp.step.standard_name_format(single_host_load_and_broadcast=True)} if multi else {}),
       multiprocessing_options=ocp.options.MultiprocessingOptions(
           barrier_sync_key_prefix=("best" if best else "ckpt") + "_" + directory.name),
   )
