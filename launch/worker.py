@@ -59,10 +59,14 @@ def resume_step(workdir: str) -> int:
   """The latest finalised checkpoint step in WORKDIR/ckpt (-1: none), as Orbax decides: a save that never
   finished (a local `<step>.orbax-checkpoint-tmp-*` folder, a gs:// `<step>/` without commit_success.txt) is
   skipped."""
-  from gp_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
   from gp_jax import storage  # pylint: disable=g-import-not-at-top
 
-  return max(ckpt_lib.finalised_steps(storage.path(workdir) / "ckpt"), default=-1)
+  ckpt = storage.path(workdir) / "ckpt"
+  if not ckpt.exists():  # no need to import Orbax (seconds) for that
+    return -1
+  from gp_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+
+  return max(ckpt_lib.finalised_steps(ckpt), default=-1)
 
 
 def config_matches(run: sweep.Run, config) -> tuple[bool, str]:
