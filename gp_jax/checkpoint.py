@@ -8,6 +8,9 @@ Layout under a workdir (local or gs://):
 
 Resume order (`train.py`): a checkpoint in workdir/ckpt, then `config.init_from` (params only),
 then a fresh init.
+
+gs:// requests that fail transiently (429, 5xx, dropped connections) are retried by tensorstore (arrays) and
+gcsfs (small files) themselves; `GP_JAX_GCS_RETRIES` tunes tensorstore's retries (docs/tpu.md).
 """
 
 from __future__ import annotations
@@ -23,11 +26,46 @@ from gp_jax import storage
 
 log = logging.getLogger(__name__)
 
+RETRIES_ENV = "GP_JAX_GCS_RETRIES"
+_retries_set: str | None = None
+
+
+def configure_gcs_retries() -> dict | None:
+  """tensorstore's retries of gs:// requests for every Orbax read and write, from $GP_JAX_GCS_RETRIES: its
+  `gcs_request_retries` resource as JSON, e.g. {"max_retries": 32, "initial_delay": "1s", "max_delay": "32s"}
+  (tensorstore's defaults, kept when unset). Orbax takes no tensorstore context from its callers, so the
+  resource goes into the default contexts it copies for each read and write. Returns what was set."""
+  global _retries_set
+  spec = os.environ.get(RETRIES_ENV, "")
+  if not spec or spec == _retries_set:
+    return json.loads(spec) if spec else None
+  import tensorstore as ts  # pylint: disable=g-import-not-at-top
+
+  from gp_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+
+  try:
+    retries = json.loads(spec)
+    ts.Context({"gcs_request_retries": retries})  # validates
+  except ValueError as e:
+    raise UserError(f"{RETRIES_ENV}={spec!r}: {e}") from e
+  from orbax.checkpoint._src.serialization import tensorstore_utils  # pylint: disable=g-import-not-at-top
+
+  defaults = [getattr(tensorstore_utils, n, None) for n in ("_BASE_TS_CONTEXT", "_DEFAULT_OCDBT_TS_CONTEXT")]
+  if not all(isinstance(d, dict) for d in defaults):
+    log.warning("%s ignored: this Orbax builds its tensorstore contexts differently", RETRIES_ENV)
+    return None
+  for d in defaults:
+    d["gcs_request_retries"] = retries
+  _retries_set = spec
+  return retries
+
 
 def make_manager(directory, *, keep: int, best: bool = False) -> ocp.CheckpointManager:
   """Async saves on one process. With several, saves block and each manager gets its own barrier
   prefix: two managers' async barriers otherwise collide ("Barrier _async_write_complete.N is
-  already ongoing")."""
+  already ongoing"); and process 0 alone lists the steps and broadcasts them, so every process restores
+  the same step even if their reads of the storage disagree."""
+  configure_gcs_retries()
   directory = storage.path(directory)
   multi = jax.process_count() > 1
   options = ocp.CheckpointManagerOptions(
@@ -37,6 +75,8 @@ def make_manager(directory, *, keep: int, best: bool = False) -> ocp.CheckpointM
       keep_checkpoints_without_metrics=not best,
       create=True,
       enable_async_checkpointing=not multi,
+      **({"single_host_load_and_broadcast": True,
+          "step_name_format": ocp.step.standard_name_format(single_host_load_and_broadcast=True)} if multi else {}),
       multiprocessing_options=ocp.options.MultiprocessingOptions(
           barrier_sync_key_prefix=("best" if best else "ckpt") + "_" + directory.name),
   )
@@ -95,6 +135,11 @@ def restore_params(mngr: ocp.CheckpointManager, abstract_params, step: int | Non
   out = mngr.restore(step, args=ocp.args.Composite(
       state=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True)))
   return step, out["state"]["params"]
+
+
+def finalised_steps(directory) -> list[int]:
+  """Steps of the finalised checkpoints in a manager directory ([] when absent), read as Orbax reads them."""
+  return ocp.path.step.checkpoint_steps(storage.path(directory))
 
 
 def _has_steps(d) -> bool:

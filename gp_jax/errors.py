@@ -3,8 +3,35 @@
 A bad config (an experiment refusing a dataset, an unknown arg), a bad data file (`readers.DataError` names
 file:line or file and record index) and a missing corpus file raise `UserError`; anything else is a bug and
 keeps its traceback. A subclass of ValueError, so callers that catch ValueError still do.
+A full disk or quota is no bug either: `storage_full` finds it in an exception's chain, whoever raised it.
 """
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # EFBIG: a file past RLIMIT_FSIZE
+_TS_OS_ERROR = re.compile(r"os_error_code='(\d+)'")  # how tensorstore's errors carry errno
+_TS_PATH = re.compile(r'Failed writing: "([^"]+)"')
 
 
 class UserError(ValueError):
   """A mistake in the config or the data the user gave; the message says what and where, in one line."""
+
+
+def storage_full(e: BaseException | None) -> str | None:
+  """"<strerror> writing <path>" when `e` or an exception in its chain is a full disk or quota: an OSError, or
+  tensorstore's ValueError (Orbax's array writes) carrying the OS error code. None otherwise."""
+  seen = set()
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    if isinstance(e, OSError) and e.errno in FULL_ERRNOS:
+      return os.strerror(e.errno) + (f" writing {e.filename}" if e.filename else "")
+    code = _TS_OS_ERROR.search(str(e))
+    if code and int(code.group(1)) in FULL_ERRNOS:
+      path = _TS_PATH.search(str(e))
+      return os.strerror(int(code.group(1))) + (f" writing {path.group(1)}" if path else "")
+    e = e.__cause__ or e.__context__
+  return None

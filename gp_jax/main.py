@@ -3,7 +3,8 @@
   python -m gp_jax.main --config=experiments/msra_scratch.py[:ARG] --workdir=DIR [--config.KEY=VALUE ...]
 
 DIR may be local or gs://; a DIR holding a checkpoint is resumed. User errors (gp_jax.errors.UserError: a
-config the experiment refuses, a bad or missing data file) end with one line on stderr and exit status 2.
+config the experiment refuses, a bad or missing data file) end with one line on stderr and exit status 2, as
+does a full disk or quota (the line names the last finished checkpoint, which a rerun resumes from).
 A second live run on the same DIR refuses to start (exit 2, naming the holder): the run holds a lease in
 DIR/../_launch/leases/ (gp_jax/lease.py).
 """
@@ -14,8 +15,8 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from gp_jax import lease, runtime, train
-from gp_jax.errors import UserError
 from gp_jax.configs.args import check_override_keys
+from gp_jax.errors import UserError, storage_full
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (get_config(arg)).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory (local or gs://) for checkpoints, logs and results; "
@@ -64,6 +65,24 @@ def main(argv):
                f"{lease.stale_beats():g} missed heartbeats of {lease.heartbeat_s():g} s)")
   except UserError as e:
     _exit_with(e)
+  except Exception as e:  # pylint: disable=broad-except
+    full = storage_full(e)
+    if full is None:
+      raise
+    import logging  # pylint: disable=g-import-not-at-top
+
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # Orbax's failed writes, logged again at teardown
+    _exit_with(f"storage full: {full}. {_last_checkpoint(_WORKDIR.value)}")
+
+
+def _last_checkpoint(workdir) -> str:
+  from gp_jax import checkpoint, storage  # pylint: disable=g-import-not-at-top
+
+  ckpt = storage.path(workdir) / "ckpt"
+  steps = checkpoint.finalised_steps(ckpt)
+  if not steps:
+    return f"No finished checkpoint in {ckpt}."
+  return f"Last finished checkpoint: step {max(steps)} in {ckpt}; free space and rerun to resume from it."
 
 
 if __name__ == "__main__":

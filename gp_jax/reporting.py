@@ -31,7 +31,7 @@ class MetricWriter:
     if mirror is not None:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
 
-      self.jsonl = open(os.path.join(mirror.local, "metrics.jsonl"), "a")
+      self.jsonl = open(os.path.join(mirror.local, "metrics.jsonl"), "a")  # noqa: SIM115 (open for the run)
       self.tb = SummaryWriter(os.path.join(mirror.local, "tb"))
 
   def write(self, step: int, split: str, values: dict):
@@ -57,6 +57,20 @@ class MetricWriter:
       self.mirror.close()  # last copy to the workdir; a gs:// run's local mirror is removed
 
 
+class TrainLog(logging.FileHandler):
+  """train.log. A failed write (a full disk) stops it with one line on stderr, not a traceback per record."""
+
+  failed = False
+
+  def emit(self, record):
+    if not self.failed:
+      super().emit(record)
+
+  def handleError(self, record):
+    self.failed = True
+    print(f"train.log: write failed ({sys.exc_info()[1]}); no longer written", file=sys.stderr)
+
+
 def setup_logging(mirror: storage.LocalMirror | None) -> None:
   """INFO to stderr on process 0 (WARNING elsewhere), and a train.log in the mirror when given."""
   root = logging.getLogger()
@@ -67,7 +81,7 @@ def setup_logging(mirror: storage.LocalMirror | None) -> None:
     root.removeHandler(h)
     h.close()
   if mirror is not None:
-    fh = logging.FileHandler(os.path.join(mirror.local, "train.log"))
+    fh = TrainLog(os.path.join(mirror.local, "train.log"))
     fh._gp_jax_train_log = True
     fh.setFormatter(logging.Formatter(_FORMAT))
     root.addHandler(fh)

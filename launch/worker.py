@@ -56,14 +56,17 @@ def load_config(run: sweep.Run):
 
 
 def resume_step(workdir: str) -> int:
-  """The latest finished checkpoint step in WORKDIR/ckpt (-1: none). Orbax's unfinalised tmp folders are skipped."""
-  from etils import epath  # pylint: disable=g-import-not-at-top
+  """The latest finalised checkpoint step in WORKDIR/ckpt (-1: none), as Orbax decides: a save that never
+  finished (a local `<step>.orbax-checkpoint-tmp-*` folder, a gs:// `<step>/` without commit_success.txt) is
+  skipped."""
+  from gp_jax import storage  # pylint: disable=g-import-not-at-top
 
-  try:
-    steps = [int(p.name) for p in epath.Path(workdir, "ckpt").iterdir() if p.name.isdigit()]
-  except FileNotFoundError:
+  ckpt = storage.path(workdir) / "ckpt"
+  if not ckpt.exists():  # no need to import Orbax (seconds) for that
     return -1
-  return max(steps, default=-1)
+  from gp_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+
+  return max(ckpt_lib.finalised_steps(ckpt), default=-1)
 
 
 def config_matches(run: sweep.Run, config) -> tuple[bool, str]:
@@ -105,6 +108,13 @@ class Chooser:
       if sweep.run_status(run.workdir)[0] == sweep.FINISHED:  # finished by its last holder meanwhile
         lease.release(outcome="already finished")
         continue
+
+      def lost(_, point=run.name):
+        _print(f"{self.name}: lease of {point} taken over; stopping this worker")
+        os._exit(EXIT_LOST)  # another worker runs this point now; never write beside it
+
+      lease.on_lost = lost
+      lease.start_heartbeat()  # from now: reading the resume step and the config can take a while
       self.lease = lease
       return i
     return WAIT if waiting else NONE_LEFT
@@ -209,13 +219,6 @@ def main(argv=None) -> int:
         chooser.lease.release(outcome="config mismatch")
       continue
     lease = chooser.lease if is_main else None
-    if lease is not None:
-      def lost(_):
-        _print(f"{name}: lease of {run.name} taken over; stopping this worker")
-        os._exit(EXIT_LOST)  # another worker runs this point now; never write beside it
-
-      lease.on_lost = lost
-      lease.start_heartbeat()
     _print(f"{name}: {run.name}: {'resuming from step ' + str(step) if step >= 0 else 'starting'} "
            f"(lease epoch {lease.epoch if lease else '-'})")
     config = load_config(run)

@@ -1,9 +1,17 @@
 """Test-only entry point: `gp_jax.main` plus injected faults (never part of the user's config).
 
-  python -m tests.fault_main --config=... --workdir=... [--sigkill_after_checkpoint_step=N] [--config.k=v ...]
+  python -m tests.fault_main --config=... --workdir=... [--sigkill_after_checkpoint_step=N]
+      [--sigkill_before_commit_step=N] [--gcsfs_backoff_scale=S] [--fsize_limit_after_checkpoint_step=N]
+      [--config.k=v ...]
+
+Runs `gp_jax.main.main` (so its error handling and one-line errors are the ones tested) with
+`train.TrainHooks`. A run that SIGKILLs itself takes no lease: a killed holder's lease goes stale only after
+minutes, and the tests restart at once.
 """
 
+import contextlib
 import os
+import resource
 import signal
 
 from absl import app, flags
@@ -13,17 +21,61 @@ from gp_jax import train
 
 _KILL = flags.DEFINE_integer("sigkill_after_checkpoint_step", 0, "SIGKILL this process once the resume "
                              "checkpoint of this step is on disk (0 = never).")
+_KILL_COMMIT = flags.DEFINE_integer("sigkill_before_commit_step", 0, "SIGKILL this process while the resume "
+                                    "checkpoint of this step is being saved: its files are written, Orbax has not "
+                                    "finalised it (commit_success.txt on gs://, the rename of the tmp folder locally).")
+_BACKOFF = flags.DEFINE_float("gcsfs_backoff_scale", 1.0, "Multiply gcsfs's retry sleeps by this.")
+_FSIZE_STEP = flags.DEFINE_integer("fsize_limit_after_checkpoint_step", 0, "Once the resume checkpoint of this "
+                                   "step is on disk, no file may grow past --fsize_limit_bytes (RLIMIT_FSIZE; "
+                                   "writes fail with EFBIG, as on a full disk).")
+_FSIZE_BYTES = flags.DEFINE_integer("fsize_limit_bytes", 32 << 10, "See --fsize_limit_after_checkpoint_step.")
+
+
+def scale_gcsfs_backoff(scale: float) -> None:
+  """gcsfs's retry loop (gcsfs/retry.py `retry_request`: 6 tries) sleeps `min(random() + 2**(n-1), 32)` s
+  between tries, hard-coded, with no setting. Tests scale those sleeps: the loop and what it retries stay
+  gcsfs's own."""
+  import asyncio
+  import types
+
+  from gcsfs import retry
+
+  sleep = asyncio.sleep
+  retry.asyncio = types.SimpleNamespace(sleep=lambda s: sleep(s * scale))
+
+
+def kill_before_commit(step: int) -> None:
+  """SIGKILL when Orbax is about to finalise ckpt/<step>."""
+  from orbax.checkpoint._src.path import atomicity
+
+  for cls in (atomicity.CommitFileTemporaryPath, atomicity.AtomicRenameTemporaryPath):
+    def finalize(self, *args, _finalize=cls.finalize, **kwargs):
+      final = self.get_final()
+      if final.name == str(step) and final.parent.name == "ckpt":
+        os.kill(os.getpid(), signal.SIGKILL)
+      return _finalize(self, *args, **kwargs)
+
+    cls.finalize = finalize
 
 
 def main(argv):
-  del argv
-
   def after_checkpoint(step):
     if _KILL.value and step == _KILL.value:
       os.kill(os.getpid(), signal.SIGKILL)
+    if _FSIZE_STEP.value and step == _FSIZE_STEP.value:
+      signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal's default: dying
+      resource.setrlimit(resource.RLIMIT_FSIZE, (_FSIZE_BYTES.value, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
-  train.train_and_evaluate(gp_main._CONFIG.value, gp_main._WORKDIR.value,
-                           hooks=train.TrainHooks(after_checkpoint=after_checkpoint))
+  if _BACKOFF.value != 1.0:
+    scale_gcsfs_backoff(_BACKOFF.value)
+  if _KILL_COMMIT.value:
+    kill_before_commit(_KILL_COMMIT.value)
+  if _KILL.value or _KILL_COMMIT.value:
+    gp_main.lease.hold_run = lambda workdir: contextlib.nullcontext()
+  run = train.train_and_evaluate
+  hooks = train.TrainHooks(after_checkpoint=after_checkpoint)
+  train.train_and_evaluate = lambda config, workdir: run(config, workdir, hooks=hooks)
+  gp_main.main(argv)
 
 
 if __name__ == "__main__":

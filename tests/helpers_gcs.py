@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -16,11 +17,12 @@ import portpicker
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+def _wait_listening(port: int, proc: subprocess.Popen, log, timeout: float = 30.0) -> None:
   end = time.monotonic() + timeout
   while time.monotonic() < end:
     if proc.poll() is not None:
-      raise RuntimeError(f"GCS emulator exited with {proc.returncode}: {proc.stdout.read()[-2000:]}")
+      log.seek(0)
+      raise RuntimeError(f"GCS emulator exited with {proc.returncode}: {log.read()[-2000:]}")
     try:
       with socket.create_connection(("127.0.0.1", port), timeout=0.5):
         return
@@ -32,28 +34,30 @@ def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30.0) ->
 @contextlib.contextmanager
 def emulator(*args: str):
   """A GCS emulator subprocess on 127.0.0.1; yields (url, env for clients). This process's os.environ points at
-  it meanwhile (gcsfs, tensorstore and etils read it)."""
+  it meanwhile (gcsfs, tensorstore and etils read it). Its output goes to a temporary file: the server is
+  single-threaded, and a pipe nobody reads fills with its tracebacks of dropped connections and stalls it."""
   port = portpicker.pick_unused_port()
-  proc = subprocess.Popen([sys.executable, "-m", "tests.gcs_emulator", str(port), "bucket", *args], cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-  try:
-    _wait_listening(port, proc)
-    url = f"http://127.0.0.1:{port}"
-    env = {"STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test",
-           "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+  with tempfile.TemporaryFile("w+") as log:
+    proc = subprocess.Popen([sys.executable, "-m", "tests.gcs_emulator", str(port), "bucket", *args], cwd=REPO,
+                            stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
-      yield url, env
+      _wait_listening(port, proc, log)
+      url = f"http://127.0.0.1:{port}"
+      env = {"STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test",
+             "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+      old = {k: os.environ.get(k) for k in env}
+      os.environ.update(env)
+      try:
+        yield url, env
+      finally:
+        for k, v in old.items():
+          if v is None:
+            os.environ.pop(k, None)
+          else:
+            os.environ[k] = v
     finally:
-      for k, v in old.items():
-        if v is None:
-          os.environ.pop(k, None)
-        else:
-          os.environ[k] = v
-  finally:
-    proc.kill()
-    proc.wait()
+      proc.kill()
+      proc.wait()
 
 
 def set_faults(url: str, share: float, kinds: str = "503,429,drop,lost_answer", seed: int = 0, next_: int = 0) -> dict:

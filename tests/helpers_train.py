@@ -1,8 +1,4 @@
-"""Shared helpers for the training tests: tiny configs, subprocess runs, checkpoint reading, one trained workdir.
-
-Also a worker for tests/e2e/test_multihost.py: `python -m tests.helpers_train worker ...` runs
-`train.train_and_evaluate` as one process of a `jax.distributed` job.
-"""
+"""Shared helpers for the training tests: tiny configs, subprocess runs, checkpoint reading, one trained workdir."""
 
 from __future__ import annotations
 
@@ -157,22 +153,25 @@ def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[int]:
 
 
 def run_main(workdir: str, *, timeout: float = 180, env=None, faults=None, **overrides) -> subprocess.CompletedProcess:
-  return subprocess.run(main_command(workdir, faults=faults, **overrides), cwd=REPO, env=env or subprocess_env(), timeout=timeout,
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  return subprocess.run(main_command(workdir, faults=faults, **overrides), check=False, cwd=REPO,
+                        env=env or subprocess_env(), timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        text=True)
 
 
-def killed_beside_reference(ref_dir: str, run_dir: str, *, kill_step: int, env, cwd: str = REPO,
-                            timeout: float = 180, **overrides) -> subprocess.CompletedProcess:
+def killed_beside_reference(ref_dir: str, run_dir: str, *, kill_step: int = 0, faults: dict | None = None, env,
+                            cwd: str = REPO, timeout: float = 180, **overrides) -> subprocess.CompletedProcess:
   """Runs an uninterrupted reference in `ref_dir` beside a run in `run_dir` that SIGKILLs itself once its
-  checkpoint of `kill_step` is on disk. Asserts the reference finished and the other was killed; returns it."""
+  checkpoint of `kill_step` is on disk (or as `faults`, tests/fault_main.py flags, say). Asserts the reference
+  finished and the other was killed; returns it."""
   import signal
 
   ref = subprocess.Popen(main_command(ref_dir, **overrides), cwd=cwd, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
   try:
-    killed = subprocess.run(main_command(run_dir, faults={"sigkill_after_checkpoint_step": kill_step}, **overrides),
-                            cwd=cwd, env=env, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    killed = subprocess.run(main_command(run_dir, faults=faults or {"sigkill_after_checkpoint_step": kill_step},
+                                         **overrides),
+                            check=False, cwd=cwd, env=env, timeout=timeout, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     ref_out = ref.communicate(timeout=timeout)[0]
   finally:
     if ref.poll() is None:
@@ -245,35 +244,3 @@ def train_synthetic(workdir: str) -> dict:
   from gp_jax import train
 
   return train.train_and_evaluate(tiny_config(num_train_steps=TRAINED_STEPS, **TRAINED_OVERRIDES), workdir)
-
-
-# ----------------------------------------------------------------------------- multi-host worker
-
-
-def _worker(argv):
-  """argv: workdir coordinator num_processes process_id [KEY=VALUE ...] (config overrides, Python literals)."""
-  import ast
-
-  workdir, coordinator, num_processes, process_id, *kvs = argv
-  import jax
-
-  jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  overrides = {}
-  for kv in kvs:
-    k, v = kv.split("=", 1)
-    overrides[k] = ast.literal_eval(v)
-  config = tiny_config(multihost=True, coordinator_address=coordinator, num_processes=int(num_processes),
-                       process_id=int(process_id), **overrides)
-  from gp_jax import train
-
-  summary = train.train_and_evaluate(config, workdir)
-  assert jax.process_count() == int(num_processes), jax.process_count()
-  print(f"WORKER {process_id} DONE steps={summary['steps']} devices={jax.device_count()}/{jax.local_device_count()}",
-        flush=True)
-
-
-if __name__ == "__main__":
-  if len(sys.argv) > 1 and sys.argv[1] == "worker":
-    _worker(sys.argv[2:])
-  else:
-    raise SystemExit("usage: python -m tests.helpers_train worker WORKDIR HOST:PORT N ID [KEY=VALUE ...]")

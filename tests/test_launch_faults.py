@@ -1,10 +1,12 @@
-"""Preemption agreement (runtime.Preemption) and what Orbax already does for a save killed half-way."""
+"""Preemption agreement (runtime.Preemption), what Orbax already does for a save killed half-way, and tensorstore
+retries of gs:// requests set through GP_JAX_GCS_RETRIES."""
 
 import os
 import signal
 
 import jax
 import numpy as np
+import pytest
 
 from gp_jax import checkpoint as ckpt_lib
 from gp_jax import runtime
@@ -41,3 +43,38 @@ def test_unfinalised_checkpoint_of_a_killed_save_is_ignored(tmp_path):
   finally:
     mngr.close()
   assert worker.resume_step(str(tmp_path)) == 3  # the worker's broadcast resume step skips it too
+
+
+def test_gcs_retries_reach_orbax_tensorstore_context(monkeypatch):
+  from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
+
+  from gp_jax.errors import UserError
+
+  for name in ("_BASE_TS_CONTEXT", "_DEFAULT_OCDBT_TS_CONTEXT"):  # restored after the test
+    monkeypatch.setattr(ts_utils, name, dict(getattr(ts_utils, name)))
+  monkeypatch.setattr(ckpt_lib, "_retries_set", None)
+  monkeypatch.setenv(ckpt_lib.RETRIES_ENV, '{"max_retries": 5, "initial_delay": "10ms", "max_delay": "20ms"}')
+  assert ckpt_lib.configure_gcs_retries() == {"max_retries": 5, "initial_delay": "10ms", "max_delay": "20ms"}
+  for ocdbt in (True, False):
+    got = ts_utils.get_ts_context(use_ocdbt=ocdbt)["gcs_request_retries"].to_json()
+    assert got == {"max_retries": 5, "initial_delay": "10ms", "max_delay": "20ms"}, got
+  monkeypatch.setenv(ckpt_lib.RETRIES_ENV, '{"max_retries": 5, "delay": "1s"}')
+  with pytest.raises(UserError, match="GP_JAX_GCS_RETRIES"):
+    ckpt_lib.configure_gcs_retries()
+
+
+def test_storage_full_found_in_an_exception_chain():
+  from gp_jax.errors import storage_full
+
+  try:
+    try:
+      raise OSError(28, "No space left on device", "/w/metrics.jsonl")
+    except OSError as e:
+      raise RuntimeError("results.json not written") from e
+  except RuntimeError as e:
+    assert storage_full(e) == "No space left on device writing /w/metrics.jsonl"
+  ts_error = ValueError('OUT_OF_RANGE: Error writing "w/0" in OCDBT database: Failed writing: "/w/ckpt/8/d/ab": '
+                        "Failed to write 9 bytes to file 12: Disk quota exceeded [os_error_code='122']")
+  assert storage_full(ts_error) == "Disk quota exceeded writing /w/ckpt/8/d/ab"
+  assert storage_full(OSError(2, "No such file or directory")) is None
+  assert storage_full(ValueError("[os_error_code='2']")) is None

@@ -1,7 +1,13 @@
-"""Two local processes (4 CPU devices each, gloo collectives) train like one process with 8 devices."""
+"""Two local processes (4 CPU devices each, gloo collectives) run a sweep through `launch.worker --multihost` and
+train its point like one process with 8 devices: they resume it from the one-process run's checkpoint of step 2
+and end at step 3 where that run ends. Through injected failing reads (tests/fault_worker.py) process 1 sees the
+sweep's first point unstarted and no checkpoint anywhere; process 0 sees the first point finished and the second
+one's checkpoint. Both still run the second point from step 2: process 0 chooses and broadcasts the point, the
+resume step and the config check (launch.worker), and lists the checkpoints for both (gp_jax.checkpoint)."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -19,37 +25,53 @@ OVERRIDES = {"num_train_steps": STEPS, "optimizer.warmup_steps": 0, "model.dropo
              # Adam's eps = 1e-8 makes updates sign(g) * lr, blind to gradient scale and noisy for g ~ 0 (see
              # tests/test_sharding.py); 1e-3 keeps them linear in small gradients.
              "optimizer.eps": 1e-3}
+DONE, TRAINED = "default/head=standard", "default/head=efficient"  # experiments/synthetic.py's sweep, in order
 
 
 def test_two_processes_match_one_process(tmp_path):
-  multi_dir, single_dir = str(tmp_path / "multi"), str(tmp_path / "single")
+  root, single_dir = str(tmp_path / "sweep"), str(tmp_path / "single")
+  os.makedirs(os.path.join(root, DONE))
+  with open(os.path.join(root, DONE, "results.json"), "w") as f:
+    json.dump({"status": "finished"}, f)
   coordinator = f"127.0.0.1:{portpicker.pick_unused_port()}"
-  kvs = [f"{k}={v!r}" for k, v in OVERRIDES.items()]
   env = ht.subprocess_env(devices=4, jit_cache=False, JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo")
-  worker = [sys.executable, "-m", "tests.helpers_train", "worker", multi_dir, coordinator, "2"]
-  procs = [subprocess.Popen([*worker, str(i), *kvs], cwd=ht.REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True) for i in range(2)]
+  worker = [sys.executable, "-m", "tests.fault_worker", "1", f"--config={ht.CONFIG_FILE}", f"--workdir={root}",
+            "--name=w", "--multihost", f"--coordinator_address={coordinator}", "--num_processes=2"]
+  procs = [subprocess.Popen([*worker, f"--process_id={i}", "--", *ht.flag_args(**OVERRIDES)], cwd=ht.REPO, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+           for i in range(2)]
   logs = [ht.LogWatcher(p) for p in procs]  # drains both pipes
   try:
-    # The reference runs here while the workers start up: one process, the same 8 devices in one mesh.
+    # The reference runs here while the workers import: one process, the same 8 devices in one mesh.
     assert jax.device_count() == 8
-    single = train.train_and_evaluate(ht.tiny_config(**OVERRIDES), single_dir)
+    single = train.train_and_evaluate(ht.tiny_config(**OVERRIDES, **{"model.head": "efficient"}), single_dir)
+    shutil.copytree(os.path.join(single_dir, "ckpt", "2"), os.path.join(root, TRAINED, "ckpt", "2"))
+    for p in procs:  # go
+      p.stdin.write("go\n")
+      p.stdin.close()
   except BaseException:
     ht.wait_all(procs, timeout=0)  # kills them
     raise
   codes = ht.wait_all(procs, timeout=240)
-  for i, (rc, log) in enumerate(zip(codes, logs)):
-    out = log.text()
+  outs = [log.text() for log in logs]
+  for i, (rc, out) in enumerate(zip(codes, outs)):
     assert rc == 0, f"worker {i} exited with {rc}:\n{out[-6000:]}"
-    assert f"WORKER {i} DONE steps={STEPS} devices=8/4" in out, out[-3000:]
+    assert f"w: {TRAINED}: resuming from step 2" in out and f"{DONE}: " not in out, out[-3000:]
+    assert "nothing left (every point finished)" in out, out[-3000:]
+  assert "process 1: reads of the sweep's state fail (injected)" in outs[1]
+  assert "Distributed: process 0 of 2, 4 local / 8 global devices" in outs[0], outs[0][-3000:]
+  assert f"Resumed from {root}/{TRAINED}/ckpt at step 2" in outs[0], outs[0][-3000:]
+  assert os.listdir(os.path.join(root, DONE)) == ["results.json"]  # nobody ran the point that looked unstarted
 
   # Process 0 alone writes the workdir's files; both wrote their shards of the checkpoints.
+  multi_dir = os.path.join(root, TRAINED)
   with open(os.path.join(multi_dir, "results.json")) as f:
     multi = json.load(f)
   assert multi["steps"] == STEPS == single["steps"]
-  lines = [json.loads(line) for line in open(os.path.join(multi_dir, "metrics.jsonl"))]
+  with open(os.path.join(multi_dir, "metrics.jsonl")) as f:
+    lines = [json.loads(line) for line in f]
   train_steps = [m["step"] for m in lines if m["split"] == "train"]
-  assert train_steps and train_steps == sorted(set(train_steps))  # written once, by process 0 only
+  assert train_steps == [STEPS]  # step 3 alone, written once, by process 0 only
   assert [m["split"] for m in lines].count("final_dev") == 1
 
   step_m, state_m = ht.restore_state(multi_dir)
