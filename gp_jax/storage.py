@@ -26,6 +26,28 @@ def path(p: str | os.PathLike) -> epath.Path:
   return epath.Path(s if is_url(s) else os.path.abspath(s))
 
 
+def forget_listings(p) -> None:
+  """Drops this process's cached folder listings under the URL `p` (fsspec filesystems such as gcsfs keep them for
+  the process's life; etils.epath and our own code use two instances). Call it before reading a folder another
+  process may have changed meanwhile, e.g. a sweep point a long-lived worker takes over. No-op locally."""
+  s = os.fspath(p)
+  if not is_url(s):
+    return
+  import fsspec  # pylint: disable=g-import-not-at-top
+
+  protocol, rest = s.split("://", 1)
+  for kwargs in ({}, {"finalize_on_close": True}):  # fsspec's default instance, and etils.epath's
+    try:
+      fs = fsspec.filesystem(protocol, **kwargs)
+    except (ImportError, ValueError, TypeError):
+      continue
+    folder = rest.rstrip("/")
+    fs.invalidate_cache(folder)  # the folder and its parents
+    cache = getattr(fs, "dircache", {})
+    for key in [k for k in list(cache) if k.startswith(folder + "/")]:
+      cache.pop(key, None)
+
+
 def write_text(p, text: str) -> None:
   p = path(p)
   p.parent.mkdir(parents=True, exist_ok=True)

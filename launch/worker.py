@@ -89,8 +89,10 @@ class Chooser:
 
   def __init__(self, runs: list[sweep.Run], root: str, name: str):
     from gp_jax import lease as lease_lib  # pylint: disable=g-import-not-at-top
+    from gp_jax import storage  # pylint: disable=g-import-not-at-top
 
     self.lease_lib = lease_lib
+    self.storage = storage
     self.runs, self.root, self.name = runs, root, name
     self.skip: set[str] = set()  # points this worker gave up on (failed here, config mismatch)
     self.lease = None
@@ -105,6 +107,7 @@ class Chooser:
       if not lease.try_acquire():
         waiting = True
         continue
+      self.storage.forget_listings(run.workdir)  # its last holder may have written since this process last looked
       if sweep.run_status(run.workdir)[0] == sweep.FINISHED:  # finished by its last holder meanwhile
         lease.release(outcome="already finished")
         continue

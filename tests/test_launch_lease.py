@@ -57,6 +57,26 @@ def test_emulator_if_generation_match_and_lost_answers(gcs):
   assert not other.try_acquire() and other.holder.owner == "me"
 
 
+def test_forget_listings_shows_what_another_process_wrote(gcs):
+  """A long-lived worker's cached listing of a point (gcsfs keeps them for the process's life) hides checkpoints
+  another worker wrote since; storage.forget_listings drops it, deeper folders included."""
+  import gcsfs
+  from etils import epath
+
+  from gp_jax import storage
+
+  run = epath.Path("gs://bucket/forget/run")
+  (run / "ckpt" / "4").mkdir(parents=True, exist_ok=True)
+  (run / "ckpt" / "4" / "x").write_text("4")
+  assert [p.name for p in (run / "ckpt").iterdir()] == ["4"]  # listed: now cached by this process
+  other = gcsfs.GCSFileSystem(skip_instance_cache=True)  # another process's client
+  other.pipe_file("bucket/forget/run/ckpt/8/x", b"8")
+  assert [p.name for p in (run / "ckpt").iterdir()] == ["4"]  # the stale listing this fix is about
+  storage.forget_listings("gs://bucket/forget/run")
+  assert sorted(p.name for p in (run / "ckpt").iterdir()) == ["4", "8"]
+  storage.forget_listings("/not/a/url")  # local paths: nothing to drop
+
+
 # ----------------------------------------------------------------------------- the stand-in runner
 
 
