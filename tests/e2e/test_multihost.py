@@ -7,7 +7,9 @@ resume step and the config check (launch.worker), and lists the checkpoints for 
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -87,3 +89,38 @@ def test_two_processes_match_one_process(tmp_path):
   assert multi["dev"]["gold"] == single["dev"]["gold"] > 0
   assert abs(multi["dev"]["f1"] - single["dev"]["f1"]) < 1e-6
   assert multi["dev"]["pred"] == single["dev"]["pred"]
+
+
+def test_sigterm_on_one_process_stops_the_group_at_one_step(tmp_path):
+  """SIGTERM to process 1 alone: the coordination service's notifier (no Python handler shadows it) makes both
+  processes reach Orbax's preemption sync point at the same step, save that step's checkpoint and end
+  "preempted"."""
+  workdir = str(tmp_path / "run")
+  coordinator = f"127.0.0.1:{portpicker.pick_unused_port()}"
+  env = ht.subprocess_env(devices=4, JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo")
+  group = {"multihost": True, "coordinator_address": coordinator, "num_processes": 2}
+  run = {"num_train_steps": 400, "checkpoint_every_steps": 1000, "eval_every_steps": 1000, "log_every_steps": 1}
+  procs = [subprocess.Popen(ht.main_command(workdir, **run, **group, process_id=i), cwd=ht.REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+  logs = [ht.LogWatcher(p) for p in procs]
+  try:
+    logs[0].wait_for_match(r"step 3 train loss", timeout=180)
+    procs[1].send_signal(signal.SIGTERM)
+  except BaseException:
+    ht.wait_all(procs, timeout=0)
+    raise
+  codes = ht.wait_all(procs, timeout=180)
+  outs = [log.text() for log in logs]
+  assert codes == [0, 0], "\n".join(o[-3000:] for o in outs)
+  assert "SIGTERM caught" in outs[1] and "SIGTERM caught" not in outs[0]
+  steps = []
+  for out in outs:
+    saved = re.findall(r"SIGTERM: saved checkpoint at step (\d+)", out)
+    synced = set(re.findall(r"Reached preemption sync point, step=(\d+)", out))
+    assert len(saved) == 1 and synced == set(saved), out[-3000:]
+    steps.append(int(saved[0]))
+  assert steps[0] == steps[1] < 400
+  with open(os.path.join(workdir, "results.json")) as f:
+    results = json.load(f)
+  assert results["status"] == "preempted" and results["steps"] == steps[0]
+  assert ht.restore_state(workdir)[0] == steps[0]
