@@ -63,10 +63,9 @@ def flag_args(**overrides) -> list[str]:
 
 def subprocess_env(devices: int = 8, *, jit_cache: bool = True, **extra) -> dict:
   """Environment for a child process with `devices` fake CPU devices."""
-  env = dict(os.environ)
-  # The suite's XLA flags (tests/conftest.py: cheap codegen), with this child's device count.
-  flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
-  env["XLA_FLAGS"] = " ".join([*flags, f"--xla_force_host_platform_device_count={devices}"])
+  from launch import local  # pylint: disable=g-import-not-at-top
+
+  env = local.worker_env(devices)  # the suite's XLA flags (tests/conftest.py: cheap codegen), this device count
   env["JAX_PLATFORMS"] = "cpu"
   if not jit_cache:  # tests/conftest.py sets the run's persistent compilation cache
     env.pop("JAX_COMPILATION_CACHE_DIR", None)

@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 
+from gp_jax import storage
 from launch import worker
 from tests import helpers_train as ht
 from tests.helpers_gcs import fault_counts, set_faults
@@ -31,15 +32,12 @@ def _faulted(url: str, seed: int) -> None:
 def _counts(url: str, total: dict) -> None:
   """Adds the injector's counts to `total`, then turns faults off (this process's own reads are not faulted) and
   drops this process's gcsfs listings (cached for its lifetime; the run that just ended changed the bucket)."""
-  import fsspec
-
   got = fault_counts(url)
   for k, v in got["counts"].items():
     total[k] = total.get(k, 0) + v
   total["requests"] = total.get("requests", 0) + got["requests"]
   set_faults(url, 0)
-  for kwargs in ({}, {"finalize_on_close": True}):  # fsspec's instance, and etils.epath's
-    fsspec.filesystem("gs", **kwargs).invalidate_cache()
+  storage.forget_listings("gs://bucket")
 
 
 def test_gs_workdir_faults_kill_during_save_resume_predict(gcs_env, tmp_path):
