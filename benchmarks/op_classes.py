@@ -111,7 +111,7 @@ def op_class(i: dict) -> str | None:
     return "matmul: attention QK^T and PV" if dims and len(dims[1].split(",")) >= 3 else "matmul: encoder dense"
   if head:
     return "GP head + ZLPR loss, not matmul"
-  if "dropout16" in where or "random" in where or "rnglib" in where:
+  if "dropout.py" in where or "random" in where or "rnglib" in where:
     return "dropout masks (RNG + select)"
   if "normalization.py" in where:
     return "LayerNorm"

@@ -18,6 +18,10 @@ Threefry on CPU. JAX lowers the threefry2x32 hash (every dropout mask, every `ja
 5-iteration while loop on CPU, to keep compiles short; XLA:CPU runs each iteration as separate kernels.
 `configure()` registers the unrolled lowering JAX uses on other backends instead: the same bits, one fused
 kernel, 4-6% off the MSRA main job's train step. Set GP_JAX_THREEFRY=rolled to keep JAX's CPU lowering.
+
+Dropout bits. The encoders' dropout masks (`gp_jax.ops.dropout`) come from an integer hash of the element index
+on CPU (XLA fuses it; threefry masks, computed per element inside XLA:CPU's fusions, took 12% of a MiniLM step at
+B4xL512) and from JAX's PRNG elsewhere. GP_JAX_DROPOUT_BITS=hash|threefry overrides the choice (`dropout_bits`).
 """
 
 from __future__ import annotations
@@ -97,6 +101,22 @@ def configure_threefry() -> str:
   if os.environ.get("GP_JAX_THREEFRY", "unrolled").lower() == "rolled":
     return "rolled"
   return "unrolled" if set_threefry_lowering("unrolled") else "rolled"
+
+
+DROPOUT_BITS = ("auto", "hash", "threefry")
+
+
+def dropout_bits() -> str:
+  """"hash" or "threefry": GP_JAX_DROPOUT_BITS, or for auto (the default) hash on the CPU backend, threefry on others.
+  Read when a program is traced."""
+  choice = os.environ.get("GP_JAX_DROPOUT_BITS", "auto").strip().lower() or "auto"
+  if choice not in DROPOUT_BITS:
+    raise ValueError(f"GP_JAX_DROPOUT_BITS must be one of {', '.join(DROPOUT_BITS)}; got {choice!r}")
+  if choice != "auto":
+    return choice
+  import jax  # pylint: disable=g-import-not-at-top
+
+  return "hash" if jax.default_backend() == "cpu" else "threefry"
 
 
 def configure() -> dict:

@@ -20,6 +20,7 @@ import numpy as np
 from flax import nnx
 
 from gp_jax.models.layers import linear
+from gp_jax.ops.dropout import dropout
 
 ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -89,24 +90,6 @@ class BertConfig:
     )
 
 
-def dropout16(module: nnx.Dropout, x: jax.Array) -> jax.Array:
-  """`module(x)` (same rate, RNG stream and train/eval switch) with 16-bit uniforms: one threefry word
-  gives two draws, which halves the RNG work (the attention-probability masks are most of a train step's
-  random numbers: 26% of a MiniLM step at B4xL512 on CPU). Drop probability round(rate * 2^16) / 2^16
-  (0.1 -> 0.100006); kept values are scaled by 1 / (1 - rate), as in nnx.Dropout."""
-  rate = float(module.rate)
-  if module.deterministic or rate == 0.0:
-    return x
-  if rate == 1.0:
-    return jnp.zeros_like(x)
-  n = x.size
-  words = jax.random.bits(module.rngs(), ((n + 1) // 2,), jnp.uint32)
-  u16 = jax.lax.bitcast_convert_type(words, jnp.uint16).reshape(-1)
-  u16 = (u16 if 2 * words.shape[0] == n else u16[:n]).reshape(x.shape)
-  keep = u16 >= jnp.uint16(min(round(rate * 65536), 65535))
-  return jax.lax.select(keep, x / jnp.asarray(1.0 - rate, x.dtype), jnp.zeros_like(x))
-
-
 def _layer_norm(cfg: BertConfig, dtype, param_dtype, rngs: nnx.Rngs) -> nnx.LayerNorm:
   # Two-pass variance (like torch), statistics in f32 even when dtype is bf16.
   return nnx.LayerNorm(cfg.hidden_size, epsilon=cfg.layer_norm_eps, use_fast_variance=False,
@@ -143,11 +126,11 @@ class BertLayer(nnx.Module):
     logits_BHLL = logits_BHLL / np.sqrt(D // H).astype(np.float32)
     logits_BHLL = jnp.where(mask_BL[:, None, None, :], logits_BHLL, jnp.finfo(jnp.float32).min)
     probs_BHLL = jax.nn.softmax(logits_BHLL, axis=-1).astype(v_BLHK.dtype)
-    probs_BHLL = dropout16(self.attention_dropout, probs_BHLL)
+    probs_BHLL = dropout(self.attention_dropout, probs_BHLL)
     ctx_BLD = jnp.einsum("bhqs,bshk->bqhk", probs_BHLL, v_BLHK).reshape(B, L, D)
-    x_BLD = self.attention_norm(x_BLD + dropout16(self.hidden_dropout, self.attention_out(ctx_BLD)))
+    x_BLD = self.attention_norm(x_BLD + dropout(self.hidden_dropout, self.attention_out(ctx_BLD)))
     ffn_BLD = self.output(self.act(self.intermediate(x_BLD)))
-    return self.output_norm(x_BLD + dropout16(self.hidden_dropout, ffn_BLD))
+    return self.output_norm(x_BLD + dropout(self.hidden_dropout, ffn_BLD))
 
 
 class Bert(nnx.Module):
@@ -192,7 +175,7 @@ class Bert(nnx.Module):
     x_BLD = (self.word_embeddings(input_ids)
              + self.position_embeddings(self.position_ids(input_ids))
              + self.token_type_embeddings(token_type_ids))
-    x_BLD = dropout16(self.embeddings_dropout, self.embeddings_norm(x_BLD))
+    x_BLD = dropout(self.embeddings_dropout, self.embeddings_norm(x_BLD))
     mask_BL = attention_mask.astype(bool)
     for layer in self.layers:
       x_BLD = layer(x_BLD, mask_BL)
