@@ -125,3 +125,17 @@ def test_source_switch(monkeypatch):
   key = jax.random.key(0)
   assert not np.array_equal(np.asarray(dropout_lib.keep_mask(key, (64, 64), 0.5, "hash")),
                             np.asarray(dropout_lib.keep_mask(key, (64, 64), 0.5, "threefry")))
+
+
+@pytest.mark.parametrize("bits", ["hash", "threefry"])
+def test_mask_does_not_depend_on_the_mesh(bits):
+  # The same key gives the same mask whether the array is whole or split across devices (batch and feature axes).
+  x = jnp.asarray(np.random.default_rng(1).uniform(1.0, 2.0, (8, 16, 24)), jnp.float32)
+  key = jax.random.key(4)
+  apply = jax.jit(lambda v: jax.lax.select(dropout_lib.keep_mask(key, v.shape, 0.3, bits), v, jnp.zeros_like(v)))
+  whole = np.asarray(apply(x))
+  mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+  spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data", None, "model"))
+  split = apply(jax.device_put(x, spec))
+  assert len(split.sharding.device_set) == 8
+  np.testing.assert_array_equal(np.asarray(split), whole)
