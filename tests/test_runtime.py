@@ -93,32 +93,4 @@ def test_rolled_and_unrolled_lowerings_draw_the_same_dropout_masks(children):
 
 def test_malloc_settings_turn_off_mmap_trimming_and_arenas():
   s = runtime.malloc_settings()
-  assert s["M_MMAP_MAX"] == 0 and s["M_ARENA_MAX"] == 1 and s["M_TRIM_THRESHOLD"] == -1
-
-
-FREE_AT_HEAP_TOP = """
-import ctypes, json
-from gp_jax import runtime
-done = runtime.configure_malloc()
-libc = ctypes.CDLL("libc.so.6")
-libc.malloc.restype = ctypes.c_void_p
-libc.free.argtypes = [ctypes.c_void_p]
-vm = lambda: int([l for l in open("/proc/self/status") if l.startswith("VmData")][0].split()[1]) << 10
-before = vm()
-blocks = [libc.malloc(1 << 30) for _ in range(3)]  # 3 GiB at the heap top, more than a positive threshold allows
-grown = vm() - before
-for b in blocks:
-  libc.free(b)
-print(json.dumps({"done": done, "ok": all(blocks), "grown": grown, "kept": vm() - before}))
-"""
-
-
-@pytest.mark.skipif(runtime._glibc() is None, reason="glibc only")  # pylint: disable=protected-access
-def test_freed_heap_top_stays_mapped():
-  env = dict(os.environ, PYTHONPATH=ROOT)
-  env.pop("GP_JAX_MALLOC", None)
-  out = json.loads(subprocess.run([sys.executable, "-c", FREE_AT_HEAP_TOP], env=env, capture_output=True, text=True,
-                                  check=True).stdout)
-  assert out["done"]["M_TRIM_THRESHOLD"] == -1 and out["ok"]
-  assert out["grown"] >= 3 << 30  # from the heap (brk), not an mmap of its own
-  assert out["kept"] >= 3 << 30  # and not trimmed on free
+  assert s["M_MMAP_MAX"] == 0 and s["M_ARENA_MAX"] == 1 and s["M_TRIM_THRESHOLD"] >= 2 ** 30
