@@ -14,6 +14,7 @@ threefry / hash per round (median [min..max]), then the load and CPU steal over 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 
 from benchmarks import common
@@ -22,22 +23,13 @@ SOURCES = ("threefry", "hash")
 
 
 def step_fns(batch: int, seq: int) -> dict:
-  from benchmarks.inputs import (ProjectStep, bert_config, bert_inputs, encoder_source,  # pylint: disable=g-import-not-at-top
-                                 synthetic_batch)
+  from benchmarks.inputs import minilm_step  # pylint: disable=g-import-not-at-top
 
-  hf, _ = encoder_source("minilm", 0)
-  tokenizer, features = bert_inputs(hf)
   fns = {}
   for bits in SOURCES:
-    os.environ["GP_JAX_DROPOUT_BITS"] = bits  # read when the step is traced, on its first call below
-    config, types = bert_config(10, 64)
-    config.batch_size = batch
-    step = ProjectStep(config, tokenizer, types)
-    b = step.device_batch(synthetic_batch(batch=batch, seq=seq, num_types=len(types), num_prefix=1, num_suffix=1,
-                                          features=features))
-    for _ in range(2):
-      step.step(b)
-    fns[bits] = (lambda s, b: lambda: s.step(b))(step, b)
+    os.environ["GP_JAX_DROPOUT_BITS"] = bits  # read when the step is traced, inside minilm_step
+    step, b = minilm_step(batch, seq)
+    fns[bits] = functools.partial(step.step, b)
   return fns
 
 
@@ -66,7 +58,7 @@ def block_fns(batch: int, seq: int, heads: int = 12, head_dim: int = 32) -> dict
   for bits in (*SOURCES, None):
     grad = jax.jit(jax.grad(lambda q, k, v, bits=bits: jnp.sum(block(q, k, v, mask, key, bits) * g), argnums=(0, 1, 2)))
     jax.block_until_ready(grad(q, k, v))
-    fns[bits or "no dropout"] = (lambda f: lambda: jax.block_until_ready(f(q, k, v)))(grad)
+    fns[bits or "no dropout"] = functools.partial(lambda f: jax.block_until_ready(f(q, k, v)), grad)
   return fns
 
 

@@ -148,3 +148,18 @@ def bert_config(num_types: int, head_size: int):
   c.model.dropout = 0.1
   c.loss.kind = "sparse_zlpr"
   return c, [f"T{i}" for i in range(num_types)]
+
+
+def minilm_step(batch: int, seq: int, *, warmup: int = 2):
+  """-> (ProjectStep, device batch): the MiniLM + GlobalPointer (H=10, d=64) train step of `benchmarks.train_step`
+  on a synthetic batch, compiled (traced now: settings read at trace time apply) and run `warmup` times."""
+  hf, _ = encoder_source("minilm", 0)
+  tokenizer, features = bert_inputs(hf)
+  config, types = bert_config(10, 64)
+  config.batch_size = batch
+  step = ProjectStep(config, tokenizer, types)
+  b = step.device_batch(synthetic_batch(batch=batch, seq=seq, num_types=len(types), num_prefix=1, num_suffix=1,
+                                        features=features))
+  for _ in range(warmup):
+    step.step(b)
+  return step, b

@@ -29,21 +29,12 @@ HEAD_FILES = ("heads.py", "rope.py", "spans.py", "losses.py", "blockwise.py")
 def capture(shape: str, out: str, steps: int) -> None:
   import jax  # pylint: disable=g-import-not-at-top
 
-  from benchmarks.inputs import (ProjectStep, bert_config, bert_inputs, encoder_source,  # pylint: disable=g-import-not-at-top
-                                 synthetic_batch)
+  from benchmarks.inputs import minilm_step  # pylint: disable=g-import-not-at-top
   from gp_jax import runtime  # pylint: disable=g-import-not-at-top
 
   runtime.configure()
   batch, seq = (int(x) for x in shape.split("x"))
-  hf, _ = encoder_source("minilm", 0)
-  config, types = bert_config(10, 64)
-  config.batch_size = batch
-  tokenizer, features = bert_inputs(hf)
-  step = ProjectStep(config, tokenizer, types)
-  b = step.device_batch(synthetic_batch(batch=batch, seq=seq, num_types=len(types), num_prefix=1, num_suffix=1,
-                                        features=features))
-  for _ in range(3):
-    step.step(b)
+  step, b = minilm_step(batch, seq, warmup=3)
   with open(out + ".hlo.txt", "w") as f:
     f.write(step.step_fn.lower(step.state, b).compile().as_text())
   with jax.profiler.trace(out):

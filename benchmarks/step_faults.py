@@ -29,21 +29,12 @@ def main(argv=None):
   from gp_jax import runtime  # pylint: disable=g-import-not-at-top
 
   settings = runtime.configure()
-  from benchmarks.inputs import (ProjectStep, bert_config, bert_inputs, encoder_source,  # pylint: disable=g-import-not-at-top
-                                 synthetic_batch)
+  from benchmarks.inputs import minilm_step  # pylint: disable=g-import-not-at-top
 
   print(common.machine_line("step_faults"))
   print(f"runtime={settings}", flush=True)
   batch, seq = (int(x) for x in args.shape.split("x"))
-  hf, _ = encoder_source("minilm", 0)
-  tokenizer, features = bert_inputs(hf)
-  config, types = bert_config(10, 64)
-  config.batch_size = batch
-  step = ProjectStep(config, tokenizer, types)
-  b = step.device_batch(synthetic_batch(batch=batch, seq=seq, num_types=len(types), num_prefix=1, num_suffix=1,
-                                        features=features))
-  for _ in range(2):
-    step.step(b)
+  step, b = minilm_step(batch, seq)
   walls = []
   for i in range(args.steps):
     r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
