@@ -19,7 +19,7 @@ Threefry on CPU. JAX lowers the threefry2x32 hash (every dropout mask, every `ja
 `configure()` registers the unrolled lowering JAX uses on other backends instead: the same bits, one fused
 kernel, 4-6% off the MSRA main job's train step. Set GP_JAX_THREEFRY=rolled to keep JAX's CPU lowering.
 
-Dropout bits. The encoders' dropout masks (`gp_jax.ops.dropout`) come from an integer hash of the element index
+Dropout bits. The BERT encoder's dropout masks (`gp_jax.ops.dropout`) come from an integer hash of the element index
 on CPU (XLA fuses it; threefry masks, computed per element inside XLA:CPU's fusions, took 12% of a MiniLM step at
 B4xL512) and from JAX's PRNG elsewhere. GP_JAX_DROPOUT_BITS=hash|threefry overrides the choice (`dropout_bits`).
 """

@@ -1,4 +1,4 @@
-"""Dropout for the encoders: `dropout(module, x)` is `module(x)` for an `nnx.Dropout` (same rate, RNG stream,
+"""Dropout for the BERT encoder (the scratch encoder keeps `nnx.Dropout`): `dropout(module, x)` is `module(x)` for an
 train/eval switch, kept values scaled by 1 / (1 - rate)) with the mask drawn from one of two bit sources:
 
 - "hash": per call, two key words from one threefry draw of the module's stream; per element,
