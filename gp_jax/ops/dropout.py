@@ -1,5 +1,6 @@
 """Dropout for the BERT encoder (the scratch encoder keeps `nnx.Dropout`): `dropout(module, x)` is `module(x)` for an
-`nnx.Dropout` (same rate, RNG stream, train/eval switch, kept values scaled by 1 / (1 - rate)) with the mask drawn from one of two bit sources:
+`nnx.Dropout` (same rate, RNG stream, train/eval switch, kept values scaled by 1 / (1 - rate)) with the mask
+drawn from one of two bit sources:
 
 - "hash": per call, two key words from one threefry draw of the module's stream; per element,
   `lowbias32(lowbias32(i + k0) ^ k1)` of its flat index i (two rounds of Wellons' lowbias32 integer hash), a
