@@ -41,11 +41,12 @@ def main(argv=None):
     step.step(b)
     wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
     walls.append(wall)
-    print(f"step {i}: {wall * 1e3:.0f} ms, minor faults {r1.ru_minflt - r0.ru_minflt}, user "
-          f"{r1.ru_utime - r0.ru_utime:.2f} s, sys {r1.ru_stime - r0.ru_stime:.2f} s, VmRSS {status_gb('VmRSS'):.2f} GB, "
-          f"VmData {status_gb('VmData'):.2f} GB", flush=True)
+    print(f"step {i}: {wall * 1e3:.0f} ms, minor faults {r1.ru_minflt - r0.ru_minflt}, "
+          f"user {r1.ru_utime - r0.ru_utime:.2f} s, sys {r1.ru_stime - r0.ru_stime:.2f} s, "
+          f"VmRSS {status_gb('VmRSS'):.2f} GB, VmData {status_gb('VmData'):.2f} GB", flush=True)
   walls.sort()
-  print(f"B{batch}xL{seq}: median {walls[len(walls) // 2] * 1e3:.0f} ms, max {walls[-1] * 1e3:.0f} ms over {args.steps} steps")
+  print(f"B{batch}xL{seq}: median {walls[len(walls) // 2] * 1e3:.0f} ms, max {walls[-1] * 1e3:.0f} ms "
+        f"over {args.steps} steps")
 
 
 if __name__ == "__main__":
