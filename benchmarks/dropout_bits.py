@@ -25,11 +25,17 @@ SOURCES = ("threefry", "hash")
 def step_fns(batch: int, seq: int) -> dict:
   from benchmarks.inputs import minilm_step  # pylint: disable=g-import-not-at-top
 
-  fns = {}
-  for bits in SOURCES:
-    os.environ["GP_JAX_DROPOUT_BITS"] = bits  # read when the step is traced, inside minilm_step
-    step, b = minilm_step(batch, seq)
-    fns[bits] = functools.partial(step.step, b)
+  fns, before = {}, os.environ.get("GP_JAX_DROPOUT_BITS")
+  try:
+    for bits in SOURCES:
+      os.environ["GP_JAX_DROPOUT_BITS"] = bits  # read when the step is traced, inside minilm_step
+      step, b = minilm_step(batch, seq)
+      fns[bits] = functools.partial(step.step, b)
+  finally:
+    if before is None:
+      os.environ.pop("GP_JAX_DROPOUT_BITS", None)
+    else:
+      os.environ["GP_JAX_DROPOUT_BITS"] = before
   return fns
 
 
@@ -81,7 +87,6 @@ def main(argv=None):
     cells = [f"{name} {rounds.spread(name).fmt('.4f', ' s')}" for name in fns]
     print(f"{args.what} B{batch}xL{seq}: " + "; ".join(cells)
           + f"; threefry/hash {rounds.ratio('threefry', 'hash').fmt()}; {rounds.watch.readout()}", flush=True)
-  os.environ.pop("GP_JAX_DROPOUT_BITS", None)
   print(f"whole run: {start.readout()}")
 
 

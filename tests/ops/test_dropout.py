@@ -98,11 +98,8 @@ def test_dropout_module_semantics(bits):
   # Reproducible: the same stream state gives the same mask.
   again = nnx.Dropout(0.25, rngs=nnx.Rngs(dropout=5))
   np.testing.assert_array_equal(np.asarray(dropout_lib.dropout(again, x, bits)), a)
-  # Gradient: the mask over (1 - rate).
-  again = nnx.Dropout(0.25, rngs=nnx.Rngs(dropout=5))
-  key = again.rngs()
-  g = jax.grad(lambda v: jnp.sum(jax.lax.select(dropout_lib.keep_mask(key, v.shape, 0.25, bits), v / 0.75,
-                                                 jnp.zeros_like(v))))(x)
+  # Gradient through `dropout` itself, same stream state: the mask over (1 - rate).
+  g = jax.grad(lambda v: jnp.sum(dropout_lib.dropout(nnx.Dropout(0.25, rngs=nnx.Rngs(dropout=5)), v, bits)))(x)
   np.testing.assert_allclose(np.asarray(g), kept / 0.75, rtol=1e-6)
   module.eval()
   np.testing.assert_array_equal(np.asarray(dropout_lib.dropout(module, x, bits)), np.asarray(x))
