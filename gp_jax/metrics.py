@@ -33,4 +33,18 @@ def span_prf(pred: Iterable[tuple[Hashable, int, int, Hashable]], gold: Iterable
   return result
 
 
-__all__ = ["span_prf"]
+def per_record_counts(pred: Iterable[tuple[int, int, int, Hashable]], gold: Iterable[tuple[int, int, int, Hashable]],
+                      num_records: int) -> dict[str, list[int]]:
+  """{"tp", "fp", "fn"}: one int per record 0..num_records-1 (spans are `(record_index, start, end, type)`).
+
+  Summed over records they give `span_prf`'s counts; resampling records gives bootstrap F1s."""
+  pred, gold = set(pred), set(gold)
+  out = {k: [0] * num_records for k in ("tp", "fp", "fn")}
+  for span in pred:
+    out["tp" if span in gold else "fp"][span[0]] += 1
+  for span in gold - pred:
+    out["fn"][span[0]] += 1
+  return out
+
+
+__all__ = ["per_record_counts", "span_prf"]

@@ -218,7 +218,8 @@ def final_evaluation(run: RunContext, ts: state_lib.Training, splits, evaluator:
   for split in ("dev", "test"):
     if split in splits:
       result, _ = evaluator.evaluate(params, splits[split], desc=split)
-      out[split] = dict(flat_result(result), per_type=result["per_type"], by_length=result["by_length"])
+      out[split] = dict(flat_result(result), per_type=result["per_type"], by_length=result["by_length"],
+                        per_record=result["per_record"])
       writer.write(steps, f"final_{split}", flat_result(result))
       log.info("final %s (best checkpoint): P %.4f R %.4f F1 %.4f", split, result["precision"], result["recall"],
                result["f1"])

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from gp_jax.metrics import span_prf
+from gp_jax.metrics import per_record_counts, span_prf
 
 
 def test_micro_prf_and_per_type():
@@ -15,6 +15,21 @@ def test_micro_prf_and_per_type():
   assert r["per_type"]["PER"]["tp"] == 1 and r["per_type"]["PER"]["pred"] == 2 and r["per_type"]["PER"]["gold"] == 2
   assert r["per_type"]["LOC"]["recall"] == 0.0 and r["per_type"]["LOC"]["precision"] == 0.0
   assert r["per_type"]["ORG"]["f1"] == 1.0
+
+
+def test_per_record_counts_by_hand():
+  gold = {(0, 0, 2, "PER"), (0, 3, 5, "LOC"), (2, 0, 1, "PER")}
+  pred = {(0, 0, 2, "PER"), (0, 3, 5, "PER"), (1, 4, 6, "ORG")}
+  c = per_record_counts(pred, gold, 4)
+  assert c == {"tp": [1, 0, 0, 0], "fp": [1, 1, 0, 0], "fn": [1, 0, 1, 0]}
+
+
+def test_per_record_counts_sum_to_corpus_counts():
+  rng = random.Random(1)
+  gold = {(rng.randrange(20), a, a + rng.randint(1, 3), rng.choice("XY")) for a in range(60)}
+  pred = {s for s in gold if rng.random() < 0.6} | {(rng.randrange(20), 100 + a, 102 + a, "X") for a in range(15)}
+  c, r = per_record_counts(pred, gold, 20), span_prf(pred, gold)
+  assert (sum(c["tp"]), sum(c["tp"]) + sum(c["fp"]), sum(c["tp"]) + sum(c["fn"])) == (r["tp"], r["pred"], r["gold"])
 
 
 def test_empty_sides():

@@ -38,9 +38,9 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.data.manual_dir = ""  # corpus source files ("" = $GP_JAX_DATA/<name> or ../shared/data/<name>)
   c.data.tfds_dir = ""  # where TFDS builders write ("" = ~/.cache/gp_jax/tfds)
   c.data.train_split = "train"  # split names for corpora
-  c.data.dev_split = "dev"
+  c.data.dev_split = "dev"  # "holdout" = a deterministic dev_fraction of train_split ("" = no dev)
   c.data.test_split = "test"  # "" = no test evaluation
-  c.data.dev_fraction = 0.05  # jsonl/conll without dev_file: deterministic share of train used as dev
+  c.data.dev_fraction = 0.05  # jsonl/conll without dev_file, or dev_split=holdout: deterministic share of train used as dev
   c.data.max_train_records = 0  # 0 = all; otherwise the first N training records (smoke runs)
   c.data.max_eval_records = 0  # 0 = all; otherwise the first N dev/test records (smoke runs)
   c.data.max_len = 128  # tokens per window, specials included

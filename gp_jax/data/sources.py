@@ -73,6 +73,7 @@ def _split_off(records: list[Record], fraction: float, seed: int) -> tuple[list[
   return [r for i, r in enumerate(records) if i not in dev_ids], [r for i, r in enumerate(records) if i in dev_ids]
 
 
+HOLDOUT = "holdout"  # data.dev_split value: carve data.dev_fraction out of the corpus' training split
 USER_FORMATS = ("jsonl", "conll", "cblue")  # data.name values that read data.train_file/dev_file/test_file
 
 
@@ -131,8 +132,16 @@ def load_records(data_cfg, *, seed: int = 0):
 
     kw = dict(manual_dir=data_cfg.manual_dir or None, data_dir=data_cfg.tfds_dir or None)
     train = list(load_split(name, data_cfg.train_split, **kw))
-    dev = list(load_split(name, data_cfg.dev_split, **kw)) if data_cfg.dev_split else []
+    if data_cfg.dev_split == HOLDOUT:
+      train, dev = _split_off(train, data_cfg.dev_fraction, seed=1234)
+      log.info("dev_split=holdout: %d of the %r split's records held out as dev (fraction %.3f)", len(dev),
+               data_cfg.train_split, data_cfg.dev_fraction)
+    else:
+      dev = list(load_split(name, data_cfg.dev_split, **kw)) if data_cfg.dev_split else []
     test = list(load_split(name, data_cfg.test_split, **kw)) if data_cfg.test_split else []
+    if data_cfg.test_split and data_cfg.test_split == data_cfg.train_split:
+      raise UserError(f"data.test_split={data_cfg.test_split!r} is also the training split: test figures would "
+                      "be measured on training data")
     types = list(corpus_types(name))
   if data_cfg.max_train_records:
     train = train[: data_cfg.max_train_records]

@@ -11,6 +11,7 @@ from gp_jax.configs.base import get_config
 from gp_jax.data import read_conll
 from gp_jax.data.readers import detect_joiner
 from gp_jax.data.sources import load_records
+from gp_jax.errors import UserError
 
 
 def ents(*triples):
@@ -112,3 +113,33 @@ def test_type_only_in_dev_is_in_types_and_logged(tmp_path, caplog):
   assert types == ["GPE", "PER"]
   warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
   assert any("GPE" in m and "dev" in m for m in warned) and not any("PER" in m for m in warned)
+
+
+def _people_daily_fixture(tmp_path):
+  manual = tmp_path / "pd"
+  manual.mkdir()
+  sents = [f"{'中北'[i % 2]} B-LOC\n国 I-LOC\n{i % 10} O\n" for i in range(20)]
+  (manual / "example.dev").write_text("\n".join(sents[:5]), encoding="utf-8")
+  (manual / "example.test").write_text("\n".join(sents), encoding="utf-8")
+  c = get_config("dataset=people_daily").data
+  c.manual_dir, c.tfds_dir = str(manual), str(tmp_path / "tfds")
+  return c
+
+
+def test_corpus_holdout_dev_from_the_training_split(tmp_path):
+  c = _people_daily_fixture(tmp_path)
+  c.train_split, c.dev_split, c.test_split, c.dev_fraction = "test", "holdout", "dev", 0.1
+  train, dev, test, types = load_records(c)
+  assert (len(train), len(dev), len(test)) == (18, 2, 5)
+  assert {r["id"] for r in dev}.isdisjoint(r["id"] for r in train)
+  assert all(r["id"].startswith("people_daily-test-") for r in train + dev)
+  assert all(r["id"].startswith("people_daily-dev-") for r in test)
+  assert [r["id"] for r in load_records(c)[1]] == [r["id"] for r in dev]  # deterministic
+  assert types == ["LOC", "ORG", "PER"]
+
+
+def test_corpus_test_split_equal_to_train_split_is_refused(tmp_path):
+  c = _people_daily_fixture(tmp_path)
+  c.train_split, c.dev_split, c.test_split = "test", "holdout", "test"
+  with pytest.raises(UserError, match="also the training split"):
+    load_records(c)
