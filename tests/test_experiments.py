@@ -19,7 +19,8 @@ CASES = [("msra_scratch", "", "msra"), ("rope_ablation", "", "msra"), ("rope_abl
          ("head_comparison", "dataset=germeval2014", "germeval2014"), ("conll_minilm", "", "conll2003"),
          ("germeval_minilm", "", "germeval2014"), ("nested_study", "", "germeval2014"), ("synthetic", "", "synthetic"),
          ("rope_ablation", "dataset=people_daily", "people_daily"), ("su2022", "", "cluener2020"),
-         ("su2022", "dataset=cmeee", "cmeee"), ("su2022", "dataset=people_daily,head=crf", "people_daily")]
+         ("su2022", "dataset=cmeee", "cmeee"), ("su2022", "dataset=people_daily,head=crf", "people_daily"),
+         ("people_daily_study", "", "people_daily")]
 
 
 def test_every_experiment_is_covered():
@@ -54,6 +55,18 @@ def test_nested_study_sweeps_15_distinct_points():
   runs = sweep.expand(os.path.join(ht.REPO, "experiments", "nested_study.py"), "runs")
   assert len({r.name for r in runs}) == len(runs) == 15
   assert all("use_rope" not in r.name for r in runs if "head=crf" in r.name)
+
+
+def test_people_daily_study_trains_on_test_and_reports_dev():
+  path = os.path.join(ht.REPO, "experiments", "people_daily_study.py")
+  config = sweep.load_module(path).get_config(None)
+  assert (config.data.train_split, config.data.dev_split, config.data.test_split) == ("test", "holdout", "dev")
+  assert config.data.dev_fraction == 0.1 and config.early_stop_patience == 2
+  runs = sweep.expand(path, "runs")
+  assert len({r.name for r in runs}) == len(runs) == 30
+  for max_len in (579, 128):
+    arm = [r for r in runs if dict(r.overrides)["config.data.max_len"] == max_len]
+    assert len(arm) == 15 and sum("head=crf" in r.name for r in arm) == 3
 
 
 @pytest.mark.e2e
