@@ -1,4 +1,4 @@
-"""launch/report.py on a sweep folder written here: grouping, mean +- sample std, unfinished runs apart, plots."""
+"""launch/report/ on a sweep folder written here: grouping, mean +- sample std, unfinished runs apart, plots."""
 
 import json
 import os
