@@ -5,9 +5,15 @@
 
 A run is a folder holding config.json or results.json (found recursively; local or gs:// via etils.epath).
 Finished runs are grouped by config.json's data.name, model.encoder, model.head and model.use_rope ("n/a" for
-tagger heads, which have no RoPE); each group shows n (seeds) and mean +- std (statistics.stdev; "-" when n = 1)
-of dev/test F1, precision, recall (in %), train tokens/s and parameter count, then epochs trained and whether
-training stopped early. Preempted, failed and unfinished runs are listed apart, never averaged.
+tagger heads, which have no RoPE), and by data.max_len too when one dataset's runs differ in it; each group shows
+n (seeds) and mean +- std (statistics.stdev; "-" when n = 1) of dev/test F1, precision, recall (in %), train
+tokens/s and parameter count, then epochs trained and whether training stopped early. Preempted, failed and
+unfinished runs are listed apart, never averaged.
+
+Significance, for the study's comparisons within a dataset x encoder (x max_len): RoPE on vs off per head, GP vs
+CRF, EGP vs GP. Runs are paired by seed; on the test split (dev when a run has no test F1) the table gives the
+mean over seeds of F1(A) - F1(B) with a 95% t-interval, and the p of a paired bootstrap over records when every
+run has results.json's per-record counts (`"per_record": {"tp", "fp", "fn"}`; see stats.paired_bootstrap).
 
 results.json says which heads are taggers (head_kind), the by-length buckets (length_buckets) and the dev F1 of
 every evaluation (dev_history). Older results.json files lack these: tagger heads are then those in
@@ -16,12 +22,14 @@ run's metrics.jsonl ("split": "dev" lines; by epoch when the steps per epoch are
 
 With --out PREFIX it also writes PREFIX.md (the same tables), PREFIX_f1.png (one panel per dataset: heads on
 the x axis, RoPE on/off side by side, bar = mean over seeds, dots = seeds), PREFIX_by_length.png (dev F1 by gold
-entity length in encoder tokens, tp/pred/gold pooled over seeds) and, when some run has a dev history,
+entity length in encoder tokens, tp/pred/gold pooled over seeds; a bucket without gold entities is left empty,
+and the axis gives the gold entities per bucket) and, when some run has a dev history,
 PREFIX_epochs.png (dev F1 by epoch per head x RoPE cell: mean over seeds, band = min..max).
 Plots need matplotlib: pip install -e '.[plots]'.
 
 Modules: runs.py (find run folders, read config/results/history), stats.py (groups, mean +- std, pooled by-length
-F1), tables.py (markdown), plots.py (figures); this file is the CLI (`python -m launch.report`).
+F1, t-interval and paired bootstrap; numpy only), tables.py (markdown), plots.py (figures); this file is the CLI
+(`python -m launch.report`).
 """
 
 from __future__ import annotations

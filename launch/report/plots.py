@@ -6,7 +6,7 @@ import io
 import statistics
 
 from launch.report.runs import NO_ROPE, TAGGER
-from launch.report.stats import length_buckets, pooled_by_length
+from launch.report.stats import gold_by_length, length_buckets, pooled_by_length
 
 ROPE_STYLE = {  # rope -> (label, bar colour, line style)
     "True": ("RoPE", "tab:blue", "-"),
@@ -86,8 +86,16 @@ def _cell_legend(fig, plt, summary: list[dict]):
   fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=10, frameon=False)
 
 
+def _panel(g: dict) -> str:
+  """A figure panel per dataset, or per dataset x max_len when the groups are split by max_len."""
+  return f"{g['dataset']}, max_len {g['max_len']}" if "max_len" in g else g["dataset"]
+
+
 def _datasets(summary: list[dict]) -> list[str]:
-  return sorted({g["dataset"] for g in summary})
+  """Panel names in order (max_len numerically)."""
+  order = {_panel(g): (g["dataset"], int(g["max_len"]) if str(g.get("max_len", "")).isdigit() else 0)
+           for g in summary}
+  return sorted(order, key=lambda p: (order[p], p))
 
 
 def _encoders(groups: list[dict]) -> str:
@@ -105,7 +113,7 @@ def plot_f1(summary: list[dict], path: str | None = None):
   width = 0.38
   shown = {}
   for ax, ds in zip(axes, datasets):
-    groups = [g for g in summary if g["dataset"] == ds]
+    groups = [g for g in summary if _panel(g) == ds]
     split = "test" if all(g["metrics"]["test F1"][0] is not None for g in groups) else "dev"
     slots = _head_order(groups)
     several = len({e for e, _ in slots}) > 1
@@ -151,8 +159,16 @@ def plot_f1(summary: list[dict], path: str | None = None):
   return fig
 
 
+def _gold_label(counts: list[int]) -> str:
+  """Gold entities of a bucket per run: one number, or the range when runs differ (other tokenizers)."""
+  if not counts:
+    return "?"
+  return f"{min(counts):,}" if min(counts) == max(counts) else f"{min(counts):,}-{max(counts):,}"
+
+
 def plot_by_length(rows: list[dict], summary: list[dict], path: str | None = None):
-  """One panel per dataset: dev F1 by gold entity length per head x RoPE cell (pooled over seeds)."""
+  """One panel per dataset: dev F1 by gold entity length per head x RoPE cell (pooled over seeds). A bucket
+  without gold entities has no F1: no point, and no line through it. Tick labels give the gold entities per run."""
   plt = _pyplot()
   datasets = _datasets(summary)
   fig, axes = _grid(plt, len(datasets), panel_w=6.4, panel_h=3.9)
@@ -160,17 +176,18 @@ def plot_by_length(rows: list[dict], summary: list[dict], path: str | None = Non
   xs = list(range(len(buckets)))
   style, markers = _cell_style(summary), _markers(summary)
   for ax, ds in zip(axes, datasets):
-    groups = [g for g in summary if g["dataset"] == ds]
+    groups = [g for g in summary if _panel(g) == ds]
     for g in groups:
       f1 = pooled_by_length(g["members"], buckets=buckets)
       label, colour, ls = style[(g["head"], g["rope"])]
       ys = [100 * f1[b] if f1[b] is not None else float("nan") for b in buckets]
       ax.plot(xs, ys, marker=markers[g["encoder"]], markersize=4, color=colour, linestyle=ls, label=label)
+    gold = gold_by_length([m for g in groups for m in g["members"]], buckets=buckets)
     ax.set_xticks(xs)
-    ax.set_xticklabels(buckets, fontsize=10)
+    ax.set_xticklabels([f"{b}\n{_gold_label(gold[b])} gold" for b in buckets], fontsize=9)
     ax.set_title(f"{ds}: dev F1 by entity length ({_encoders(groups)} encoder)", fontsize=11)
     ax.set_ylim(0, 100)
-    ax.set_xlabel("gold entity length (encoder tokens)", fontsize=10)
+    ax.set_xlabel("gold entity length (encoder tokens); gold entities per run", fontsize=10)
     ax.set_ylabel("dev F1 (%), pooled over seeds", fontsize=10)
     ax.grid(alpha=0.3)
   _cell_legend(fig, plt, summary)
@@ -193,7 +210,7 @@ def _history_curve(members: list[dict], unit: str) -> tuple[list[float], list[fl
 def plot_epochs(summary: list[dict], path: str | None = None):
   """One panel per dataset with a dev history: dev F1 by epoch per head x RoPE cell, mean over seeds, band =
   min..max. A panel is by step when some run there has no known steps per epoch. None when no run has one."""
-  datasets = [ds for ds in _datasets(summary) if any(m["history"] for g in summary if g["dataset"] == ds
+  datasets = [ds for ds in _datasets(summary) if any(m["history"] for g in summary if _panel(g) == ds
                                                        for m in g["members"])]
   if not datasets:
     return None
@@ -201,7 +218,7 @@ def plot_epochs(summary: list[dict], path: str | None = None):
   fig, axes = _grid(plt, len(datasets), panel_w=6.4, panel_h=3.9)
   style, markers = _cell_style(summary), _markers(summary)
   for ax, ds in zip(axes, datasets):
-    groups = [g for g in summary if g["dataset"] == ds and any(m["history"] for m in g["members"])]
+    groups = [g for g in summary if _panel(g) == ds and any(m["history"] for m in g["members"])]
     cells = _cell_order(summary)
     groups.sort(key=lambda g: cells.index((g["head"], g["rope"])))
     by_epoch = all(h["epoch"] is not None for g in groups for m in g["members"] for h in m["history"])

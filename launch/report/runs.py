@@ -143,6 +143,7 @@ def collect(roots) -> list[dict]:
           "head": head,
           "rope": NO_ROPE if kind == TAGGER else model.get("use_rope", "?"),
           "seed": config.get("seed"),
+          "max_len": data.get("max_len"),
           "results": results,
           "head_kind": kind,
           "length_buckets": length_buckets_of(results),

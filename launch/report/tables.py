@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from launch import sweep
-from launch.report.stats import METRICS, length_buckets, pooled_by_length, summarize
+from launch.report.stats import METRICS, length_buckets, pooled_by_length, significance, summarize
 
 PERCENT = {"dev F1", "dev P", "dev R", "test F1", "test P", "test R"}  # fractions in results.json, shown in %
 
@@ -21,13 +21,23 @@ def fmt_cell(col: str, mean, std, count: int, n: int) -> str:
 
 
 def _key_cells(g: dict) -> list[str]:
-  return [g["dataset"], g["encoder"], g["head"], g["rope"], str(g["n"])]
+  return [g["dataset"], g["encoder"], *([g["max_len"]] if "max_len" in g else []), g["head"], g["rope"], str(g["n"])]
+
+
+def _key_header(summary: list[dict]) -> list[str]:
+  """Column names of `_key_cells`: max_len only when the groups are split by it."""
+  max_len = ["max_len"] if any("max_len" in g for g in summary) else []
+  return ["dataset", "encoder", *max_len, "head", "RoPE", "n"]
+
+
+def _row(cells) -> str:
+  return "| " + " | ".join(cells) + " |"
 
 
 def groups_table(summary: list[dict]) -> str:
   if not summary:
     return "(no finished runs)"
-  cols = ["dataset", "encoder", "head", "RoPE", "n"] + [c for c, _ in METRICS]
+  cols = _key_header(summary) + [c for c, _ in METRICS]
   lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
   for g in summary:
     cells = _key_cells(g) + [fmt_cell(c, *g["metrics"][c], g["n"]) for c, _ in METRICS]
@@ -61,8 +71,8 @@ def length_table(rows: list[dict], summary: list[dict]) -> str:
     lines.append("| " + " | ".join(_key_cells(g) + cells) + " |")
   if not lines:
     return ""
-  head = "| dataset | encoder | head | RoPE | n | " + " | ".join(f"len {b}" for b in buckets) + " |"
-  return "\n".join([head, "|" + "---|" * (5 + len(buckets)), *lines])
+  cols = _key_header(summary) + [f"len {b}" for b in buckets]
+  return "\n".join([_row(cols), "|" + "---|" * len(cols), *lines])
 
 
 def fmt_epochs(epochs: list[float], n: int) -> str:
@@ -88,8 +98,9 @@ def training_table(summary: list[dict]) -> str:
   """Per group: epochs trained, seeds stopped early, seeds with a per-epoch dev history."""
   if not summary:
     return ""
-  lines = ["| dataset | encoder | head | RoPE | n | epochs trained (mean over seeds) | stopped early (seeds) "
-           "| dev F1 history (seeds) |", "|" + "---|" * 8]
+  cols = _key_header(summary) + ["epochs trained (mean over seeds)", "stopped early (seeds)",
+                                 "dev F1 history (seeds)"]
+  lines = [_row(cols), "|" + "---|" * len(cols)]
   for g in summary:
     sources = sorted({m["history_source"] for m in g["members"] if m["history_source"]})
     hist = sum(bool(m["history"]) for m in g["members"])
@@ -104,8 +115,39 @@ def no_history(summary: list[dict]) -> list[str]:
   return [m["run"] for g in summary for m in g["members"] if not m["history"]]
 
 
+def fmt_p(p: float) -> str:
+  """`p = 0.012`, or `p < 0.001` below 0.001."""
+  return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def significance_table(rows: list[dict]) -> str:
+  """One line per comparison of `stats.significance`; "" when there is none."""
+  if not rows:
+    return ""
+  max_len = any("max_len" in r["a"] for r in rows)
+  cols = ["dataset", "encoder", *(["max_len"] if max_len else []), "comparison (A vs B)", "split", "seeds",
+          "F1(A) - F1(B), mean over seeds", "95% t-interval", "paired bootstrap"]
+  lines = [_row(cols), "|" + "---|" * len(cols)]
+  for r in rows:
+    a = r["a"]
+    interval = "- (n = 1)" if r["low"] is None else f"[{100 * r['low']:+.2f}, {100 * r['high']:+.2f}]"
+    cells = [a["dataset"], a["encoder"], *([a.get("max_len", "")] if max_len else []), r["what"], r["split"],
+             ", ".join(map(str, r["seeds"])), f"{100 * r['mean']:+.2f}", interval,
+             r["why"] if r["p"] is None else fmt_p(r["p"])]
+    lines.append(_row(cells))
+  return "\n".join(lines)
+
+
 def markdown(rows: list[dict], summary: list[dict]) -> str:
   parts = ["## Finished runs (mean ± sample std over seeds; F1/P/R in %)", "", groups_table(summary)]
+  tests = significance_table(significance(summary))
+  if tests:
+    parts += ["", "## Significance (F1 points; runs paired by seed)", "",
+              "Mean over seeds of F1(A) - F1(B) with a 95% t-interval (t quantile with n - 1 degrees of freedom), "
+              "and a two-sided paired bootstrap over records: 10,000 resamples of record indices "
+              "(`numpy.random.default_rng(0)`), the same for both cells and every seed, each F1 recomputed from the "
+              "summed per-record counts; p = 2 x the share of resampled differences on the other side of 0.", "",
+              tests]
   lengths = length_table(rows, summary)
   if lengths:
     parts += ["", "## Dev F1 (%) by gold entity length in encoder tokens (tp/pred/gold pooled over seeds)", "",
