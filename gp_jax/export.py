@@ -1,4 +1,4 @@
-"""Exports a trained workdir as a self-contained serving folder, and loads one back.
+"""Exports a trained workdir as a self-contained serving folder.
 
   python -m gp_jax.export --workdir=W --out=DIR [--format=stablehlo|onnx] [--platforms=cpu,cuda,tpu]
       [--hit_buffer=4096]
@@ -17,8 +17,12 @@ best/). DIR (local or gs://) holds:
   types.json        entity types, in head order
   manifest.json     inputs and outputs (names, order), head kind, threshold, windows, hit buffer, versions
 
-`load_exported(dir)` reads such a folder back with jax and numpy only (no flax, orbax, ml_collections):
-a callable over a batch dict that returns hits. See docs/serving.md.
+`gp_jax.serving.load_exported(dir)` reads such a folder back with jax and numpy only (no flax, orbax,
+ml_collections): a callable over a batch dict that returns hits. See docs/serving.md.
+
+Imports go one way: export -> predict (to restore a workdir) -> serving (the folder's format and reader).
+`ExportError`, `ExportedModel`, `host_span_hits` and `load_exported` are re-exported here from gp_jax.serving
+for one release only (they lived here before); import them from gp_jax.serving.
 """
 
 from __future__ import annotations
@@ -32,17 +36,11 @@ import tempfile
 import numpy as np
 
 from gp_jax import storage
+from gp_jax.serving import BATCH_FIELDS, FORMAT_VERSION, MANIFEST, MODEL_FILES, OUTPUTS, ExportError
+# Re-exported for one release (these lived here before gp_jax.serving); import them from gp_jax.serving.
+from gp_jax.serving import ExportedModel, host_span_hits, load_exported  # noqa: F401  pylint: disable=unused-import
 
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-MODEL_FILES = {"stablehlo": "model.jax_export", "onnx": "model.onnx"}
-BATCH_FIELDS = ("attention_mask", "span_mask", "positions")
-OUTPUTS = ("count", "coords", "hit_scores", "scores")
 DEFAULT_HIT_BUFFER = 4096
-
-
-class ExportError(Exception):
-  """A workdir or folder that cannot be exported or loaded; the message is one line for the user."""
 
 
 def input_names(feature_names) -> list[str]:
@@ -210,125 +208,6 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
       json.dump(manifest, f, indent=1)
     storage.upload_dir(tmp, out)
   return manifest
-
-
-# ----------------------------------------------------------------------------- loading (jax + numpy only)
-
-
-def host_span_hits(scores_BHLL, span_mask_BL, *, threshold: float, max_span_width=None):
-  """All hits of span logits on the host: (coords [N, 4] (row, type, start, end), scores [N]), row-major."""
-  scores_BHLL = np.asarray(scores_BHLL)
-  valid_BL = np.asarray(span_mask_BL).astype(bool)
-  L = valid_BL.shape[1]
-  i, j = np.arange(L)[:, None], np.arange(L)[None, :]
-  allowed_LL = j >= i
-  if max_span_width is not None:
-    allowed_LL &= (j - i) < max_span_width
-  mask_B1LL = (valid_BL[:, :, None] & valid_BL[:, None, :] & allowed_LL)[:, None]
-  coords_N4 = np.stack(np.nonzero((scores_BHLL > threshold) & mask_B1LL), axis=-1).astype(np.int32)
-  return coords_N4.reshape(-1, 4), scores_BHLL[tuple(coords_N4.T)].astype(np.float32)
-
-
-class ExportedModel:
-  """A serving folder loaded back: `model(batch)` -> (coords [N, 4] (row, type, start, end), scores [N]), every hit.
-
-  `batch` maps the manifest's input names to int32 [B, L] arrays (extra keys are ignored). `outputs(batch)`
-  gives the raw outputs (`OUTPUTS`; device arrays for StableHLO). A batch with more hits than the
-  exported buffer loses none: span heads read the score output on the host (`host_span_hits`),
-  taggers run again one row at a time (a row holds at most max_len <= hit_buffer hits).
-  """
-
-  def __init__(self, directory, *, tokenizer=None):
-    root = storage.path(directory)
-    if not (root / MANIFEST).exists():
-      raise ExportError(f"{os.fspath(directory)}: no {MANIFEST} (not a folder written by gp_jax.export)")
-    self.directory = os.fspath(directory)
-    self.manifest = storage.read_json(root / MANIFEST)
-    m = self.manifest
-    if m.get("format_version") != FORMAT_VERSION:
-      raise ExportError(f"{self.directory}: manifest format_version {m.get('format_version')}, this code reads "
-                        f"{FORMAT_VERSION}")
-    self.types = storage.read_json(root / "types.json")
-    self.tokenizer = tokenizer or _load_tokenizer(root / "tokenizer")
-    self.names = [x["name"] for x in m["inputs"] if x["name"] != "threshold"]
-    self.is_tagger = bool(m["tagger"])
-    self.threshold = m["threshold"]
-    blob = (root / m["file"]).read_bytes()
-    if m["format"] == "stablehlo":
-      import jax  # pylint: disable=g-import-not-at-top
-
-      exported = jax.export.deserialize(bytearray(blob))
-      self._call = jax.jit(exported.call)
-    elif m["format"] == "onnx":
-      import onnxruntime as ort  # pylint: disable=g-import-not-at-top
-
-      options = ort.SessionOptions()
-      options.log_severity_level = 3  # errors only
-      session = ort.InferenceSession(blob, options, providers=["CPUExecutionProvider"])
-      self._call = lambda *arrays: session.run(None, dict(zip(self.names, arrays)))
-    else:
-      raise ExportError(f"{self.directory}: unknown format {m['format']!r}")
-
-  def _arrays(self, batch):
-    return [np.asarray(batch[n], np.int32) for n in self.names]
-
-  def _pad(self, batch):
-    """Inputs only, with L >= min_length: padding columns are masked out (tokenizer pad values)."""
-    batch = {n: np.asarray(batch[n], np.int32) for n in self.names}
-    short = int(self.manifest.get("min_length", 1)) - batch["span_mask"].shape[1]
-    if short > 0:
-      pad = getattr(self.tokenizer, "pad_values", {})
-      batch = {n: np.pad(x, ((0, 0), (0, short)), constant_values=pad.get(n, 0)) for n, x in batch.items()}
-    return batch
-
-  def outputs(self, batch, *, threshold: float | None = None) -> dict:
-    """The artifact's outputs by name (StableHLO: count, coords, hit_scores, scores; ONNX: scores)."""
-    arrays = self._arrays(batch)
-    if self.manifest["format"] == "onnx":
-      return {"scores": self._call(*arrays)[0]}
-    thr = np.float32((self.threshold or 0.0) if threshold is None else threshold)
-    return dict(zip(OUTPUTS, self._call(*arrays, thr)))
-
-  def __call__(self, batch, *, threshold: float | None = None):
-    if self.is_tagger and threshold is not None:
-      raise ExportError(f"threshold applies to span heads; this model's head is {self.manifest['head']}")
-    thr = float(self.threshold or 0.0) if threshold is None else float(threshold)
-    batch = self._pad(batch)
-    out = self.outputs(batch, threshold=thr)
-    if "count" not in out:  # onnx: scores only
-      return host_span_hits(out["scores"], batch["span_mask"], threshold=thr,
-                            max_span_width=self.manifest["max_span_width"])
-    count, size = int(out["count"]), int(self.manifest["hit_buffer"])
-    if count <= size:
-      return np.asarray(out["coords"])[:count], np.asarray(out["hit_scores"])[:count]
-    if not self.is_tagger:
-      return host_span_hits(out["scores"], batch["span_mask"], threshold=thr,
-                            max_span_width=self.manifest["max_span_width"])
-    coords, scores = [], []
-    for b in range(np.asarray(batch["span_mask"]).shape[0]):
-      c, s = self({n: np.asarray(batch[n])[b:b + 1] for n in self.names})
-      coords.append(np.concatenate([np.full((c.shape[0], 1), b, np.int32), c[:, 1:]], axis=1))
-      scores.append(s)
-    return np.concatenate(coords).astype(np.int32), np.concatenate(scores)
-
-
-def _load_tokenizer(src):
-  """The saved tokenizer; the char tokenizer is read directly (no transformers)."""
-  with tempfile.TemporaryDirectory(prefix="gp_jax_tok_") as tmp:
-    local = storage.download_dir(src, tmp) if storage.is_url(os.fspath(src)) else os.fspath(src)
-    manifest = json.loads(open(os.path.join(local, "gp_jax_tokenizer.json"), encoding="utf-8").read())
-    if manifest.get("kind") == "char":
-      from gp_jax.data.char_tokenizer import CharTokenizer  # pylint: disable=g-import-not-at-top
-
-      return CharTokenizer.load(local)
-    from gp_jax.data.tokenize import load_tokenizer  # pylint: disable=g-import-not-at-top
-
-    return load_tokenizer(local)
-
-
-def load_exported(directory) -> ExportedModel:
-  """The serving folder `directory` (local or gs://) as a callable: batch dict -> (coords [N, 4], scores [N])."""
-  return ExportedModel(directory)
 
 
 # ----------------------------------------------------------------------------- CLI

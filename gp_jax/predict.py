@@ -13,6 +13,11 @@ Input formats (never guessed): `lines`, one text per line; `jsonl`, one {"id", "
 predicted in chunks of `--chunk_size` texts. Output `jsonl`: {"id"?, "text", "entities": [{"start",
 "end", "type", "text", "score"}]} with character offsets (end exclusive). Texts longer than the
 model's max length go through sliding windows. Formats are the `READERS` / `WRITERS` registries.
+
+The exported folder is read by gp_jax.serving (`ExportedPredictor`, and `WindowPredictor`, the base this
+module's `Predictor` shares with it); this module never imports gp_jax.export. `predict.ExportedPredictor`
+and `predict.model_inputs` still resolve for one release only (they lived here before); import them from
+gp_jax.serving.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ from collections.abc import Iterable, Iterator
 from absl import app, flags
 
 from gp_jax import storage
-from gp_jax.export import ExportError
-from gp_jax.data import batching, cblue, merge, windows
+from gp_jax.data import cblue
+from gp_jax.serving import ExportedPredictor, ExportError, UserError, WindowPredictor, check_threshold
+# Re-exported for one release (it lived here before gp_jax.serving); import it from gp_jax.serving.
+from gp_jax.serving import model_inputs  # noqa: F401  pylint: disable=unused-import
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir, local or gs:// (config.json, types.json, "
                                "tokenizer/, best/ or ckpt/).")
@@ -45,10 +52,6 @@ _THRESHOLD = flags.DEFINE_float("threshold", None, "Span heads: keep spans with 
                                 "An error with a tagger head.")
 _BATCH = flags.DEFINE_integer("batch_size", 0, "Windows per batch (0 = the training config's eval_batch_size).")
 _CHUNK = flags.DEFINE_integer("chunk_size", 1000, "Texts read and predicted at a time.")
-
-
-class UserError(Exception):
-  """Bad flags or input; main prints the message as one line and exits with status 2."""
 
 
 # ----------------------------------------------------------------------------- formats
@@ -116,39 +119,7 @@ OUTPUT_NAMES = {"jsonl": "predictions.jsonl", "cmeee": "CMeEE_test.json", "cluen
 # ----------------------------------------------------------------------------- predictors
 
 
-def model_inputs(batch: dict) -> dict:
-  """Pipeline batch -> the arrays the model reads (features, attention_mask, span_mask, positions)."""
-  return {**batch["features"], **{k: batch[k] for k in ("attention_mask", "span_mask", "positions")}}
-
-
-def _check_threshold(threshold, *, head: str, tagger: bool):
-  if threshold is not None and tagger:
-    raise UserError(f"--threshold applies to span heads (keep spans with score > threshold); this model's head "
-                    f"({head}) is a tagger")
-  return threshold
-
-
-class _WindowPredictor:
-  """Texts -> windows -> batches -> `window_hits` -> merged char spans. Subclasses set tokenizer, types,
-  window_options (prepare_split's max_len, stride, max_span_width), buckets, batch_size, window_hits."""
-
-  def window_hits(self, batch: dict) -> dict:
-    """Pipeline batch -> every hit as window columns (`merge.batch_hits`)."""
-    raise NotImplementedError
-
-  def predict(self, texts: list[str]) -> list[list[dict]]:
-    records = [{"id": str(n), "text": t, "entities": []} for n, t in enumerate(texts)]
-    prepared = windows.prepare_split(records, self.tokenizer, types=self.types, name="predict",
-                                     **self.window_options)
-    hits = [self.window_hits(batch)
-            for batch in batching.eval_batches(prepared, batch_size=self.batch_size, buckets=self.buckets)]
-    merged = merge.merge_predictions(prepared, merge.concat_hits(hits))
-    return [[{"start": int(e["start"]), "end": int(e["end"]), "type": e["type"],
-              "text": text[int(e["start"]):int(e["end"])], "score": round(float(e["score"]), 4)} for e in ents]
-            for text, ents in zip(texts, merged)]
-
-
-class Predictor(_WindowPredictor):
+class Predictor(WindowPredictor):
   """A trained model restored from a workdir: parameters only (best by dev F1, else the latest)."""
 
   def __init__(self, workdir: str, *, batch_size: int = 0, threshold: float | None = None):
@@ -168,8 +139,8 @@ class Predictor(_WindowPredictor):
                                          encoder_config=wd.load_encoder_config(workdir))
     mngr = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(workdir), keep=1)
     self.step, self.params = ckpt_lib.restore_params(mngr, state_lib.abstract_params(self.setup))
-    self.threshold = _check_threshold(threshold, head=self.config.model.head,
-                                      tagger=factory.tag_scheme(self.config) is not None)
+    self.threshold = check_threshold(threshold, head=self.config.model.head,
+                                     tagger=factory.tag_scheme(self.config) is not None)
     batch_size = batch_size or self.config.eval_batch_size
     self.batch_size = batch_size + -batch_size % mesh.size  # a multiple of the devices
     self.window_options = factory.split_options(self.config)
@@ -183,25 +154,7 @@ class Predictor(_WindowPredictor):
     return self.decoder(self.params, shd.global_batch(model_batch(batch), self.setup.mesh), self.threshold or 0.0)
 
 
-class ExportedPredictor(_WindowPredictor):
-  """A folder written by `gp_jax.export`: jax and numpy only (no flax, orbax, ml_collections)."""
-
-  def __init__(self, directory: str, *, batch_size: int = 0, threshold: float | None = None):
-    from gp_jax import export  # pylint: disable=g-import-not-at-top
-
-    self.model = export.load_exported(directory)
-    m = self.model.manifest
-    self.manifest, self.types, self.tokenizer = m, self.model.types, self.model.tokenizer
-    self.threshold = _check_threshold(threshold, head=m["head"], tagger=m["tagger"])
-    self.batch_size = batch_size or m["batch_size"]
-    self.window_options = dict(max_len=m["max_len"], stride=m["stride"], max_span_width=m["max_span_width"])
-    self.buckets = m["buckets"]
-
-  def window_hits(self, batch):
-    return merge.batch_hits(batch["window_index"], *self.model(model_inputs(batch), threshold=self.threshold))
-
-
-def predict_stream(predictor: _WindowPredictor, records: Iterable[dict], *,
+def predict_stream(predictor: WindowPredictor, records: Iterable[dict], *,
                    chunk_size: int = 1000) -> Iterator[tuple[dict, list[dict]]]:
   """(record, entities) per record, reading `records` lazily, `chunk_size` at a time."""
   it = iter(records)

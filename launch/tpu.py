@@ -1,21 +1,25 @@
-"""Runs an experiment's sweep on a Cloud TPU VM pod slice, detached, and shows its progress.
+"""Runs an experiment's sweep on Cloud TPU VM slices with lease-based workers, detached, and shows its progress.
 
-  python -m launch.tpu run --tpu=NAME --zone=ZONE [--project=P] [--ref=HEAD] \\
-      --config=experiments/rope_ablation.py[:ARG] --workdir=gs://BUCKET/runs/rope [--dry_run] [-- --config.k=v ...]
+  python -m launch.tpu run --tpu=NAME --zone=ZONE [--project=P] [--ref=HEAD] [--slices=N] [--hosts_per_point=all|1] \\
+      [--python=PATH] --config=experiments/rope_ablation.py[:ARG] --workdir=gs://BUCKET/runs/rope [--dry_run] \\
+      [-- --config.k=v ...]
+  python -m launch.tpu create | watch ...     (queued resources, spot slices: docs/tpu.md section 8)
   python -m launch.tpu status --workdir=gs://BUCKET/runs/rope [--config=experiments/rope_ablation.py[:ARG]]
 
-`run` does, with gcloud (`--dry_run` prints every command and the queue script, and runs nothing):
+`run` does, with gcloud, on every slice (`--dry_run` prints every command and the workers scripts, runs nothing):
   1. git archive --format=tar.gz REF  (the committed code at REF; uncommitted edits are NOT shipped)
-  2. scp it to every worker as ~/gp_jax-<sha>.tar.gz; ssh --worker=all: unpack into ~/gp_jax-<sha>,
-     `PYTHON -m pip install -q '.[tpu]'` there (--python, default python3; gp_jax needs >= 3.11 and
-     tpu-ubuntu2204-base has 3.10: make a venv once per slice, see docs/tpu.md)
-  3. scp a queue script (every sweep point once) to ~/gp_jax-<sha>/queue.sh on every worker
-  4. ssh --worker=all: `nohup setsid bash queue.sh ... &`, so a dropped ssh session does not stop it.
-Every worker runs the same `PYTHON -m gp_jax.main ... --config.multihost=True` per point (jax.distributed
-finds the pod by itself). Points whose results.json says "finished" are skipped, so rerunning the same
-`run` command after a preemption or a failure resumes the rest from their checkpoints. Each point's
-output is logged on the worker and copied into its workdir as launch-w<worker>.log (every 5 minutes and
-at the end). Only one queue runs per worker at a time (a lock in ~/.gp_jax_queue.lock).
+  2. scp it to every host as ~/gp_jax-<sha>.tar.gz; ssh --worker=all: unpack into ~/gp_jax-<sha> and install
+     '.[tpu]' from it: into a fresh Python 3.11 venv there (uv; tpu-ubuntu2204-base has 3.10), or with
+     `PYTHON -m pip install` when --python is given
+  3. scp workers.sh (a supervisor) to ~/gp_jax-<sha>/workers.sh on every host
+  4. ssh --worker=all: `nohup setsid bash workers.sh ... &`, so a dropped ssh session does not stop it.
+workers.sh runs `launch.worker` until nothing is left, restarting it after a crash. With --hosts_per_point=all
+(default) the hosts of a slice are one worker (`--multihost`: jax.distributed finds the slice by itself) that
+trains one point at a time; with 1, every host is its own worker. Workers claim points through leases under
+WORKDIR/_launch/, skip points whose results.json says "finished" and resume the others from their checkpoints,
+so rerunning the same `run` command after a preemption or a failure finishes the rest. Worker logs are copied
+to WORKDIR/_launch/logs/ every 5 minutes and at the end. One supervisor runs per host at a time (a lock in
+~/.gp_jax_queue.lock).
 
 `status` reads each point's results.json (or its last metrics.jsonl line) and prints point, status, step
 and dev F1; with --config it also lists the points that have not started. See docs/tpu.md.
@@ -33,7 +37,7 @@ import tempfile
 
 from launch import sweep
 
-LOG_COPY_EVERY_S = 300  # queue script: copy the running point's log into its workdir this often
+LOG_COPY_EVERY_S = 300  # workers.sh: copy the running worker's log into WORKDIR/_launch/logs this often
 
 
 # ----------------------------------------------------------------------------- pure command builders
@@ -65,74 +69,6 @@ def remote_dir(sha: str) -> str:
   return f"~/gp_jax-{sha}"
 
 
-def install_command(sha: str, python: str = "python3") -> str:
-  d = remote_dir(sha)
-  return (f"set -e; mkdir -p {d} && tar -xzf {d}.tar.gz -C {d} && cd {d} && "
-          f"{sh_path(python)} -m pip install -q '.[tpu]'")
-
-
-def start_command(sha: str) -> str:
-  d = remote_dir(sha)
-  return f"cd {d} && nohup setsid bash queue.sh > {d}/queue.log 2>&1 < /dev/null &"
-
-
-def queue_script(runs: list[sweep.Run], *, sha: str, config: str, python: str = "python3") -> str:
-  """Bash script running every point in turn; the same file runs on every worker (see module doc)."""
-  lines = [
-      "#!/usr/bin/env bash",
-      f"# gp_jax sweep queue, written by launch.tpu: {config}, {len(runs)} points, code {sha}.",
-      "# Started on every worker with: nohup setsid bash queue.sh > queue.log 2>&1 &",
-      "# Stop it (each run saves a checkpoint): kill -TERM -- -$(cat queue.pid)",
-      "set -u",
-      'cd "$(dirname "$0")"',
-      'exec 9>"$HOME/.gp_jax_queue.lock"',
-      'if ! flock -n 9; then echo "another gp_jax queue is running on $(hostname); not starting" >&2; exit 1; fi',
-      "echo $$ > queue.pid",
-      f"PY={sh_path(python)}",
-      f"COPY_EVERY={LOG_COPY_EVERY_S}",
-      # TPU VMs publish their worker number in the metadata server; the host name is the fallback.
-      "W=$(curl -sf --max-time 5 -H Metadata-Flavor:Google "
-      "http://metadata.google.internal/computeMetadata/v1/instance/attributes/agent-worker-number || hostname)",
-      "mkdir -p logs",
-      "stop=0",
-      "child=",
-      'trap \'stop=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null\' TERM INT',
-      "",
-      "copy_log() {  # $1 local log, $2 point workdir",
-      '  case "$2" in',
-      '    gs://*) gcloud storage cp -q "$1" "$2/launch-w$W.log" >/dev/null 2>&1 ;;',
-      '    *) mkdir -p "$2" && cp "$1" "$2/launch-w$W.log" ;;',
-      "  esac",
-      "}",
-      "",
-      "run_point() {  # $1 index, $2 name, $3 workdir, then the command",
-      '  local i=$1 name=$2 workdir=$3 log="logs/point$1.log"',
-      "  shift 3",
-      '  if [ "$stop" = 1 ]; then return; fi',
-      '  if "$PY" -m launch.sweep finished "$workdir"; then',
-      f'    echo "[$i/{len(runs)}] $name: finished already, skipping"; return',
-      "  fi",
-      f'  echo "[$i/{len(runs)}] $name: starting $(date -u +%FT%TZ)"',
-      '  "$@" >>"$log" 2>&1 &',
-      "  child=$!",
-      "  ( trap 'kill $s 2>/dev/null; exit 0' TERM",
-      '    while :; do sleep "$COPY_EVERY" & s=$!; wait $s; copy_log "$log" "$workdir"; done ) >/dev/null 2>&1 &',
-      "  local copier=$!",
-      '  wait "$child"; local rc=$?',
-      '  while kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done  # a trapped signal ends wait early',
-      "  child=",
-      '  kill "$copier" 2>/dev/null; wait "$copier" 2>/dev/null',
-      '  copy_log "$log" "$workdir"',
-      f'  echo "[$i/{len(runs)}] $name: exit $rc $(date -u +%FT%TZ)"',
-      "}",
-      "",
-  ]
-  for i, run in enumerate(runs, 1):  # run.argv[0] is the Python: "$PY" instead, so a ~/venv path still expands
-    lines.append(shlex.join(["run_point", str(i), run.name, run.workdir]) + ' "$PY" ' + shlex.join(run.argv[1:]))
-  lines += ["", 'echo "queue done (stop=$stop) $(date -u +%FT%TZ)"', ""]
-  return "\n".join(lines)
-
-
 def git_sha(ref: str, repo: str) -> str:
   return subprocess.run(["git", "rev-parse", "--short=12", f"{ref}^{{commit}}"], cwd=repo, check=True,
                         capture_output=True, text=True).stdout.strip()
@@ -140,28 +76,6 @@ def git_sha(ref: str, repo: str) -> str:
 
 def archive_command(ref: str, out: str) -> list[str]:
   return ["git", "archive", "--format=tar.gz", "-o", out, ref]
-
-
-def run_commands(*, tpu, zone, project, sha, tarball, queue_file, python="python3") -> list[list[str]]:
-  """The four gcloud commands of `run`: ship code, install, ship the queue, start it detached."""
-  d = remote_dir(sha)
-  return [
-      scp_command(tarball, tpu, f"{d}.tar.gz", zone=zone, project=project),
-      ssh_command(tpu, install_command(sha, python), zone=zone, project=project),
-      scp_command(queue_file, tpu, f"{d}/queue.sh", zone=zone, project=project),
-      ssh_command(tpu, start_command(sha), zone=zone, project=project),
-  ]
-
-
-def pod_runs(config: str, workdir: str, extra=(), *, repo: str, python: str = "python3") -> list[sweep.Run]:
-  """Sweep points with repo-relative config paths (the workers run from the unpacked repo)."""
-  path, colon, arg = config.partition(":")
-  rel = os.path.relpath(os.path.abspath(path), repo)
-  if rel.startswith(".."):
-    raise ValueError(f"--config {path} is outside the repository {repo}; only files in the repo are shipped")
-  rel = rel.replace(os.sep, "/")
-  return sweep.expand(path + colon + arg, workdir, extra=[*extra, "--config.multihost=True"], python=python,
-                      command_config=rel + colon + arg)
 
 
 # ----------------------------------------------------------------------------- queued resources, slices, workers
@@ -211,18 +125,23 @@ def host_as_slice_env(accelerator_type: str) -> dict[str, str]:
           "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1", "TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0"}
 
 
-def venv_install_command(sha: str) -> str:
-  """Unpack the code and make its own Python 3.11 venv with uv (tpu-ubuntu2204-base has 3.10)."""
+def install_command(sha: str, python: str | None = None) -> str:
+  """Unpack the code and install '.[tpu]' from it: with `python -m pip` when given, else into a fresh Python 3.11
+  venv made with uv in the code folder (tpu-ubuntu2204-base has 3.10)."""
   d = remote_dir(sha)
-  return (f"set -e; mkdir -p {d} && tar -xzf {d}.tar.gz -C {d} && cd {d} && "
-          "{ [ -x ~/.local/bin/uv ] || curl -LsSf https://astral.sh/uv/install.sh | sh; } && "
-          "rm -rf .venv && ~/.local/bin/uv venv --python 3.11 .venv && ~/.local/bin/uv pip install --python .venv/bin/python -q '.[tpu]'")
+  unpack = f"set -e; mkdir -p {d} && tar -xzf {d}.tar.gz -C {d} && cd {d} && "
+  if python:
+    return unpack + f"{sh_path(python)} -m pip install -q '.[tpu]'"
+  return (unpack + "{ [ -x ~/.local/bin/uv ] || curl -LsSf https://astral.sh/uv/install.sh | sh; } && "
+          "rm -rf .venv && ~/.local/bin/uv venv --python 3.11 .venv && ~/.local/bin/uv pip install --python "
+          ".venv/bin/python -q '.[tpu]'")
 
 
 def worker_script(*, sha: str, slice_name: str, config: str, workdir: str, extra=(), hosts_per_point: str = "all",
-                  accelerator_type: str = "v4-8") -> str:
-  """Supervisor started on every host: runs `launch.worker` until nothing is left, restarting it after a crash;
-  copies its log and queue.log into WORKDIR/_launch/logs/."""
+                  accelerator_type: str = "v4-8", python: str | None = None) -> str:
+  """Supervisor started on every host: runs `launch.worker` (with `python`, default the code folder's .venv) until
+  nothing is left, restarting it after a crash; copies its log and queue.log into WORKDIR/_launch/logs/ every
+  LOG_COPY_EVERY_S seconds and when it exits."""
   per_host = hosts_per_point == "1"
   worker = ["launch.worker", f"--config={config}", f"--workdir={workdir}"]
   lines = [
@@ -238,6 +157,7 @@ def worker_script(*, sha: str, slice_name: str, config: str, workdir: str, extra
       "http://metadata.google.internal/computeMetadata/v1/instance/attributes/agent-worker-number || hostname)",
       f"NAME={shlex.quote(slice_name)}-w$W",
       f"LOGS={shlex.quote(workdir.rstrip('/') + '/_launch/logs')}",
+      f"COPY_EVERY={LOG_COPY_EVERY_S}",
       "mkdir -p logs",
   ]
   if per_host:
@@ -256,12 +176,17 @@ def worker_script(*, sha: str, slice_name: str, config: str, workdir: str, extra
       "tries=0",
       "while :; do",
       '  echo "worker $NAME starting $(date -u +%FT%TZ)"',
-      "  .venv/bin/python -m " + shlex.join([*worker, "--name=$NAME"]).replace("'--name=$NAME'", '"--name=$NAME"')
+      f"  {sh_path(python) if python else '.venv/bin/python'} -m " + shlex.join([*worker, "--name=$NAME"]).replace("'--name=$NAME'", '"--name=$NAME"')
       + ("" if per_host else " --multihost")
       + (" -- " + shlex.join(list(extra)) if extra else "") + " >>logs/worker.log 2>&1 &",
-      "  child=$!; wait $child; rc=$?",
-      '  while kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done',
+      "  child=$!",
+      "  ( trap 'kill $s 2>/dev/null; exit 0' TERM",
+      '    while :; do sleep "$COPY_EVERY" & s=$!; wait $s; copy_logs; done ) >/dev/null 2>&1 &',
+      "  copier=$!",
+      "  wait $child; rc=$?",
+      '  while kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done  # a trapped signal ends wait early',
       "  child=",
+      '  kill "$copier" 2>/dev/null; wait "$copier" 2>/dev/null',
       '  echo "worker $NAME exit $rc $(date -u +%FT%TZ)"',
       "  copy_logs",
       "  case $rc in 0|10) echo \"nothing left\"; break ;; 3) echo preempted; break ;; esac",
@@ -286,12 +211,12 @@ def worker_running_command(sha: str) -> str:
   return f"kill -0 $(cat {d}/queue.pid 2>/dev/null) 2>/dev/null"
 
 
-def start_workers_commands(*, name, zone, project, sha, tarball, script_file) -> list[list[str]]:
-  """Ship the code, make the venv, ship workers.sh, start it detached (on every host of slice `name`)."""
+def start_workers_commands(*, name, zone, project, sha, tarball, script_file, python=None) -> list[list[str]]:
+  """Ship the code, install it (`install_command`), ship workers.sh, start it detached (on every host of `name`)."""
   d = remote_dir(sha)
   return [
       scp_command(tarball, name, f"{d}.tar.gz", zone=zone, project=project),
-      ssh_command(name, venv_install_command(sha), zone=zone, project=project),
+      ssh_command(name, install_command(sha, python), zone=zone, project=project),
       scp_command(script_file, name, f"{d}/workers.sh", zone=zone, project=project),
       ssh_command(name, worker_start_command(sha), zone=zone, project=project),
   ]
@@ -313,12 +238,12 @@ def status_rows(workdir: str, config: str | None = None) -> list[dict]:
   """One row per point: name, status, step, dev F1 (from results.json, else the last metrics.jsonl lines)."""
   from etils import epath
 
-  from launch import report
+  from launch.report.runs import find_runs, last_metrics
 
   if config:
     names = [r.name for r in sweep.expand(config, workdir)]
   else:
-    names = [rel for rel, _ in report.find_runs(workdir)]
+    names = [rel for rel, _ in find_runs(workdir)]
   rows = []
   for name in names:
     point = epath.Path(sweep.join(workdir, name))
@@ -328,7 +253,7 @@ def status_rows(workdir: str, config: str | None = None) -> list[dict]:
       step = results.get("steps")
       dev_f1 = (results.get("dev") or {}).get("f1")
     if step is None or dev_f1 is None:
-      last_step, last_dev = report.last_metrics(point)
+      last_step, last_dev = last_metrics(point)
       step = step if step is not None else last_step
       dev_f1 = dev_f1 if dev_f1 is not None else last_dev
     rows.append({"point": name, "status": "not started" if status == sweep.MISSING else status,
@@ -364,34 +289,27 @@ def cmd_run(args) -> int:
                          text=True).stdout.strip()
   if dirty:
     print(f"WARNING: uncommitted changes are not shipped; workers get {args.ref} ({sha}).", file=sys.stderr)
-  if args.hosts_per_point == "1" or args.slices > 1:
-    return _run_workers(args, repo, sha)
-  runs = pod_runs(args.config, args.workdir, args.extra, repo=repo, python=args.python)
-  script = queue_script(runs, sha=sha, config=args.config, python=args.python)
+  n = len(sweep.expand(args.config, args.workdir))
   tmp = tempfile.mkdtemp(prefix="gp_jax_launch_")
-  tarball, queue_file = os.path.join(tmp, f"gp_jax-{sha}.tar.gz"), os.path.join(tmp, "queue.sh")
-  commands = [archive_command(args.ref, tarball)]
-  commands += run_commands(tpu=args.tpu, zone=args.zone, project=args.project, sha=sha, tarball=tarball,
-                           queue_file=queue_file, python=args.python)
-  print(f"{len(runs)} points, code {args.ref} = {sha}, workers log to {remote_dir(sha)}/queue.log")
-  if args.dry_run:
-    print(f"--- {queue_file}:\n{script}--- end of {queue_file}")
-    for cmd in commands:
-      print(shlex.join(cmd), flush=True)
-    shutil.rmtree(tmp, ignore_errors=True)
-    return 0
-  if shutil.which("gcloud") is None:
-    print("gcloud not found: install the Google Cloud CLI (https://cloud.google.com/sdk) or use --dry_run",
-          file=sys.stderr)
-    return 1
-  with open(queue_file, "w") as f:
-    f.write(script)
   try:
-    for cmd in commands:
-      print("+ " + shlex.join(cmd), flush=True)
-      if subprocess.run(cmd, cwd=repo).returncode != 0:
-        print(f"failed: {shlex.join(cmd)}", file=sys.stderr)
-        return 1
+    commands, scripts = worker_plan(args, repo, sha, tmp)
+    print(f"{n} points, code {args.ref} = {sha}, {args.slices} slice(s), hosts per point: {args.hosts_per_point}; "
+          f"leases and logs in {args.workdir.rstrip('/')}/_launch/")
+    if args.dry_run:
+      for f, text in scripts.items():
+        print(f"--- {f}:\n{text}--- end of {f}")
+      for cmd in commands:
+        print(shlex.join(cmd), flush=True)
+      return 0
+    if shutil.which("gcloud") is None:
+      print("gcloud not found: install the Google Cloud CLI (https://cloud.google.com/sdk) or use --dry_run",
+            file=sys.stderr)
+      return 1
+    for f, text in scripts.items():
+      with open(f, "w") as fh:
+        fh.write(text)
+    if not _execute(commands, repo):
+      return 1
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
   print(f"Started. Progress: python -m launch.tpu status --workdir={args.workdir} --config={args.config}")
@@ -414,9 +332,9 @@ def worker_plan(args, repo: str, sha: str, tmp: str) -> tuple[list[list[str]], d
     script_file = os.path.join(tmp, f"workers-{name}.sh")
     scripts[script_file] = worker_script(sha=sha, slice_name=name, config=_rel_config(args.config, repo),
                                          workdir=args.workdir, extra=args.extra, hosts_per_point=args.hosts_per_point,
-                                         accelerator_type=args.accelerator_type)
+                                         accelerator_type=args.accelerator_type, python=args.python)
     commands += start_workers_commands(name=name, zone=args.zone, project=args.project, sha=sha, tarball=tarball,
-                                       script_file=script_file)
+                                       script_file=script_file, python=args.python)
   return commands, scripts
 
 
@@ -427,27 +345,6 @@ def _execute(commands, repo) -> bool:
       print(f"failed: {shlex.join(cmd)}", file=sys.stderr)
       return False
   return True
-
-
-def _run_workers(args, repo: str, sha: str) -> int:
-  n = len(sweep.expand(args.config, args.workdir))
-  tmp = tempfile.mkdtemp(prefix="gp_jax_launch_")
-  try:
-    commands, scripts = worker_plan(args, repo, sha, tmp)
-    print(f"{n} points, code {args.ref} = {sha}, {args.slices} slice(s), hosts per point: {args.hosts_per_point}; "
-          f"leases and logs in {args.workdir.rstrip('/')}/_launch/")
-    if args.dry_run:
-      for f, text in scripts.items():
-        print(f"--- {f}:\n{text}--- end of {f}")
-      for cmd in commands:
-        print(shlex.join(cmd), flush=True)
-      return 0
-    for f, text in scripts.items():
-      with open(f, "w") as fh:
-        fh.write(text)
-    return 0 if _execute(commands, repo) else 1
-  finally:
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def cmd_create(args) -> int:
@@ -556,9 +453,16 @@ def _slice_flags(p) -> None:
   kind.add_argument("--reserved", action="store_true", help="reserved capacity")
 
 
+def _python_flag(p) -> None:
+  p.add_argument("--python", default=None, help="Python on the hosts (>= 3.11), e.g. ~/gp_venv/bin/python: '.[tpu]' "
+                 "is pip-installed into it and the workers run with it; default: a fresh Python 3.11 venv (uv) in "
+                 "the shipped code folder")
+
+
 def _worker_flags(p) -> None:
-  p.add_argument("--hosts_per_point", choices=("1", "all"), default="all", help="all: every host of a slice trains "
-                 "one point together (default); 1: every host is its own worker (libtpu told the host is a slice)")
+  p.add_argument("--hosts_per_point", choices=("1", "all"), default="all", help="all: the hosts of a slice are one "
+                 "worker and train one point together (default); 1: every host is its own worker (libtpu told the "
+                 "host is a slice)")
   p.add_argument("--slices", type=int, default=1, help="run on NAME-0 ... NAME-(N-1) (see `create --slices`)")
   p.add_argument("--accelerator_type", default="v4-8", help="with --hosts_per_point=1: the slice type (v4-32, ...)")
 
@@ -567,9 +471,9 @@ def main(argv=None):
   parser = argparse.ArgumentParser(prog="python -m launch.tpu", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = parser.add_subparsers(dest="cmd", required=True, metavar="{run,create,watch,status}")
-  run = sub.add_parser("run", help="ship the code and start the sweep, detached, on every worker",
-                       description="Ship REF to every worker of the slice and start the sweep queue, detached. "
-                       "Rerun the same command to resume after a preemption (finished points are skipped). "
+  run = sub.add_parser("run", help="ship the code and start the sweep's workers, detached, on every host",
+                       description="Ship REF to every host of the slice(s) and start the lease-based workers, "
+                       "detached. Rerun the same command to resume after a preemption (finished points are skipped). "
                        "Details: python -m launch.tpu --help, docs/tpu.md.")
   run.add_argument("--tpu", required=True, help="TPU VM (pod slice) name")
   run.add_argument("--zone", required=True, help="its zone, e.g. us-central2-b")
@@ -577,9 +481,8 @@ def main(argv=None):
   run.add_argument("--ref", default="HEAD", help="git ref to ship (committed code only; default HEAD)")
   run.add_argument("--config", required=True, help="experiment file in this repo, optionally with ':arg'")
   run.add_argument("--workdir", required=True, help="sweep root, gs://BUCKET/... (every host must see it)")
-  run.add_argument("--python", default="python3",
-                   help="Python on the workers (>= 3.11), e.g. ~/venv/bin/python; default python3")
-  run.add_argument("--dry_run", action="store_true", help="print every command and the queue script; run nothing")
+  _python_flag(run)
+  run.add_argument("--dry_run", action="store_true", help="print every command and the workers scripts; run nothing")
   _worker_flags(run)
   run.add_argument("extra", nargs="*", help="flags for every run, after '--' (e.g. -- --config.num_epochs=2)")
   run.set_defaults(fn=cmd_run)
@@ -597,6 +500,7 @@ def main(argv=None):
   wa.add_argument("--workdir", required=True, help="sweep root, gs://BUCKET/...")
   wa.add_argument("--ref", default="HEAD", help="git ref to ship")
   wa.add_argument("--hosts_per_point", choices=("1", "all"), default="all")
+  _python_flag(wa)
   wa.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
   wa.add_argument("--max_retries", type=int, default=10, help="re-creations per slice, counted in WORKDIR/_launch/")
   wa.add_argument("--delete_when_done", action="store_true", help="delete the slices once every point finished")

@@ -1,4 +1,4 @@
-"""launch/: sweep folders, the local runner (a real sweep, SIGTERM, rerun), the TPU pod commands and queue script."""
+"""launch/: sweep folders, the local runner (a real sweep, SIGTERM, rerun), the TPU pod commands and workers script."""
 
 import json
 import os
@@ -223,65 +223,63 @@ def test_local_sweep_sigterm_then_rerun_resumes_and_skips(tmp_path):
 
 
 def test_pod_commands_exact():
-  cmds = tpu.run_commands(tpu="pod", zone="us-central2-b", project=None, sha="abc123", tarball="/t/x.tar.gz",
-                          queue_file="/t/queue.sh")
+  cmds = tpu.start_workers_commands(name="pod", zone="us-central2-b", project=None, sha="abc123",
+                                    tarball="/t/x.tar.gz", script_file="/t/workers-pod.sh")
   g = ["gcloud", "compute", "tpus", "tpu-vm"]
+  unpack = ("--command=set -e; mkdir -p ~/gp_jax-abc123 && tar -xzf ~/gp_jax-abc123.tar.gz -C ~/gp_jax-abc123 && "
+            "cd ~/gp_jax-abc123 && ")
   assert cmds == [
       g + ["scp", "/t/x.tar.gz", "pod:~/gp_jax-abc123.tar.gz", "--worker=all", "--zone=us-central2-b"],
       g + ["ssh", "pod", "--worker=all", "--zone=us-central2-b",
-           "--command=set -e; mkdir -p ~/gp_jax-abc123 && tar -xzf ~/gp_jax-abc123.tar.gz -C ~/gp_jax-abc123 && "
-           "cd ~/gp_jax-abc123 && python3 -m pip install -q '.[tpu]'"],
-      g + ["scp", "/t/queue.sh", "pod:~/gp_jax-abc123/queue.sh", "--worker=all", "--zone=us-central2-b"],
+           unpack + "{ [ -x ~/.local/bin/uv ] || curl -LsSf https://astral.sh/uv/install.sh | sh; } && rm -rf .venv && "
+           "~/.local/bin/uv venv --python 3.11 .venv && ~/.local/bin/uv pip install --python .venv/bin/python -q "
+           "'.[tpu]'"],
+      g + ["scp", "/t/workers-pod.sh", "pod:~/gp_jax-abc123/workers.sh", "--worker=all", "--zone=us-central2-b"],
       g + ["ssh", "pod", "--worker=all", "--zone=us-central2-b",
-           "--command=cd ~/gp_jax-abc123 && nohup setsid bash queue.sh > ~/gp_jax-abc123/queue.log 2>&1 "
+           "--command=cd ~/gp_jax-abc123 && nohup setsid bash workers.sh > ~/gp_jax-abc123/queue.log 2>&1 "
            "< /dev/null &"],
   ]
-  with_project = tpu.run_commands(tpu="pod", zone="z", project="proj", sha="abc123", tarball="t", queue_file="q",
-                                  python="~/venv/bin/python")
+  with_project = tpu.start_workers_commands(name="pod", zone="z", project="proj", sha="abc123", tarball="t",
+                                            script_file="s", python="~/venv/bin/python")
   assert all(c.count("--project=proj") == 1 and "--worker=all" in c and "--zone=z" in c for c in with_project)
-  assert with_project[1][-1].endswith('"$HOME"/venv/bin/python -m pip install -q \'.[tpu]\'')
+  assert with_project[1][-1] == unpack.replace("us-central2-b", "z") + '"$HOME"/venv/bin/python -m pip install -q \'.[tpu]\''
   assert tpu.archive_command("v1", "/t/a.tar.gz") == ["git", "archive", "--format=tar.gz", "-o", "/t/a.tar.gz", "v1"]
 
 
 TRICKY = """
+    import ml_collections
     def get_config(arg=None):
-      return None
+      return ml_collections.ConfigDict({"note": "", "x": 0})
     def get_sweep(arg=None):
-      return [{"config.data.train_file": "my file's, \\"quoted\\".jsonl", "config.seed": 0},
-              {"config.data.train_file": "plain.jsonl", "config.seed": 1},
-              {"config.data.train_file": "$HOME `x` ;|&", "config.seed": 2}]
+      return [{"config.note": "my file's, \\"quoted\\"", "config.x": 0},
+              {"config.note": "plain", "config.x": 1},
+              {"config.note": "$HOME `x` ;|&", "config.x": 2}]
     """
 
 
-def test_queue_script_quotes_and_lists_every_point_once(tmp_path):
-  os.makedirs(tmp_path / "experiments")
-  _write_experiment(tmp_path / "experiments", TRICKY)
-  config = str(tmp_path / "experiments" / "exp.py") + ":name=a b,c='d' \"e\""
-  runs = tpu.pod_runs(config, "gs://bucket/runs x", ["--config.note=it's, a \"note\""], repo=str(tmp_path))
-  script = tpu.queue_script(runs, sha="abc123", config=config)
-  path = tmp_path / "queue.sh"
+def test_workers_script_quotes_config_workdir_and_flags(tmp_path):
+  config = "experiments/exp.py:name=a b,c='d' \"e\""
+  extra = ["--config.note=it's, a \"note\""]
+  script = tpu.worker_script(sha="abc123", slice_name="gp", config=config, workdir="gs://bucket/runs x", extra=extra,
+                             python="~/venv/bin/python")
+  path = tmp_path / "workers.sh"
   path.write_text(script)
   check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
   assert check.returncode == 0, check.stderr
-  point_lines = [ln for ln in script.splitlines() if ln.startswith("run_point ")]
-  assert len(point_lines) == len(runs) == 3
-  for i, (ln, run) in enumerate(zip(point_lines, runs), 1):
-    words = shlex.split(ln)
-    assert words == ["run_point", str(i), run.name, run.workdir, "$PY", *run.argv[1:]]
-    assert words[5:8] == ["-m", "gp_jax.main", "--config=experiments/exp.py:name=a b,c='d' \"e\""]
-    assert words.count("--config.multihost=True") == 1 and words[-1] == "--config.multihost=True"
-    assert "--config.note=it's, a \"note\"" in words
-  assert sorted(shlex.split(ln)[2] for ln in point_lines) == sorted({r.name for r in runs})
-  assert "PY=python3" in script and "nohup" not in script.split("run_point()")[1]
+  [line] = [ln for ln in script.splitlines() if " -m launch.worker " in ln]
+  words = shlex.split(line.replace('"$HOME"', "HOME").replace('"--name=$NAME"', "--name=NAME"))
+  assert words == ["HOME/venv/bin/python", "-m", "launch.worker", f"--config={config}", "--workdir=gs://bucket/runs x",
+                   "--name=NAME", "--multihost", "--", *extra, ">>logs/worker.log", "2>&1", "&"]
 
 
 @pytest.mark.e2e
-def test_queue_script_runs_points_skipping_finished(tmp_path):
-  """Runs the generated script with bash and a fake Python: finished points skipped, the rest run once each."""
-  os.makedirs(tmp_path / "experiments")
-  _write_experiment(tmp_path / "experiments", TRICKY)
+def test_workers_script_runs_points_skipping_finished(tmp_path):
+  """Runs the generated workers.sh with bash and --python a stand-in that runs launch.worker with a stand-in
+  point runner (tests.test_launch_lease.standin): finished points skipped, the others (a preempted one too) run
+  once each, the worker's log lands in WORKDIR/_launch/logs/."""
+  _write_experiment(tmp_path, TRICKY)
   root = str(tmp_path / "runs")
-  runs = tpu.pod_runs(str(tmp_path / "experiments" / "exp.py"), root, repo=str(tmp_path))
+  runs = sweep.expand(str(tmp_path / "exp.py"), root)
   _write_results(runs[1].workdir, status="finished")
   _write_results(runs[2].workdir, status="preempted")
   fake = tmp_path / "fake_python"
@@ -289,31 +287,39 @@ def test_queue_script_runs_points_skipping_finished(tmp_path):
       #!{sys.executable}
       import json, os, sys
       args = sys.argv[1:]
-      if args[:2] == ["-m", "launch.sweep"]:
-        os.execv(sys.executable, [sys.executable, *args])
       with open(os.environ["FAKE_LOG"], "a") as f:
         f.write(json.dumps(args) + "\\n")
-      print("fake training", args[-1])
+      # One process here, not a slice: no jax.distributed; the stand-in runner instead of training.
+      args = [a for a in args if a != "--multihost"] + ["--runner=tests.test_launch_lease:standin"]
+      os.execv(sys.executable, [sys.executable, *args])
       """))
   fake.chmod(0o755)
-  qdir = tmp_path / "gp_jax-abc"
-  os.makedirs(qdir)
-  (qdir / "queue.sh").write_text(tpu.queue_script(runs, sha="abc", config="x", python=str(fake)))
-  env = dict(os.environ, HOME=str(tmp_path), FAKE_LOG=str(tmp_path / "calls.jsonl"), PYTHONPATH=REPO)
-  done = subprocess.run(["bash", str(qdir / "queue.sh")], env=env, capture_output=True, text=True, timeout=60)
-  assert done.returncode == 0, done.stdout + done.stderr
-  calls = [json.loads(ln) for ln in (tmp_path / "calls.jsonl").read_text().splitlines()]
-  assert calls == [list(runs[0].argv[1:]), list(runs[2].argv[1:])]
-  assert "finished already, skipping" in done.stdout
-  for r in (runs[0], runs[2]):
-    logs = [f for f in os.listdir(r.workdir) if f.startswith("launch-w")]
-    assert len(logs) == 1 and "fake training" in open(os.path.join(r.workdir, logs[0])).read()
+  code = tmp_path / "gp_jax-abc"
+  os.makedirs(code)
+  (code / "workers.sh").write_text(tpu.worker_script(sha="abc", slice_name="gp", config=str(tmp_path / "exp.py"),
+                                                     workdir=root, python=str(fake)))
+  events = tmp_path / "events.jsonl"
+  env = dict(os.environ, HOME=str(tmp_path), FAKE_LOG=str(tmp_path / "calls.jsonl"), PYTHONPATH=REPO,
+             STANDIN_EVENTS=str(events), STANDIN_S="0.1")
+  with open(code / "queue.log", "w") as log:
+    done = subprocess.run(["bash", str(code / "workers.sh")], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                          timeout=120)
+  out = (code / "queue.log").read_text()
+  assert done.returncode == 0, out
+  assert "nothing left" in out and "giving up" not in out
+  [call] = [json.loads(ln) for ln in (tmp_path / "calls.jsonl").read_text().splitlines()]  # one worker, no crash
+  assert call[:3] == ["-m", "launch.worker", f"--config={tmp_path / 'exp.py'}"] and "--multihost" in call
+  started = [json.loads(ln)["point"] for ln in events.read_text().splitlines() if '"start"' in ln]
+  assert started == [runs[0].workdir, runs[2].workdir]
+  logs = os.listdir(os.path.join(root, "_launch", "logs"))
+  [worker_log] = [f for f in logs if f.startswith("gp-w") and not f.endswith("-queue.log")]
+  assert "nothing left (every point finished)" in open(os.path.join(root, "_launch", "logs", worker_log)).read()
 
 
 def test_tpu_dry_run_prints_commands(tmp_path, capsys):
   config = "experiments/synthetic.py:quick"
   rc = tpu.main(["run", "--tpu=pod", "--zone=z", "--project=p", f"--config={config}", "--workdir=/local/runs",
-                 "--dry_run", "--", "--config.num_epochs=1"])
+                 "--python=~/gp_venv/bin/python", "--dry_run", "--", "--config.num_epochs=1"])
   assert rc == 0
   captured = capsys.readouterr()
   assert "not gs://" in captured.err
@@ -323,14 +329,14 @@ def test_tpu_dry_run_prints_commands(tmp_path, capsys):
   sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,
                        text=True).stdout.strip()
   assert lines[0][-1] == "HEAD" and sha in lines[1][6]
-  queue = lines[3][5]
-  assert lines[1:] == tpu.run_commands(tpu="pod", zone="z", project="p", sha=sha, tarball=lines[0][4], queue_file=queue)
-  assert not os.path.exists(lines[0][4]) and not os.path.exists(queue)  # nothing was written or run
-  points = [ln for ln in captured.out.splitlines() if ln.startswith("run_point ")]
-  runs = sweep.expand(os.path.join(REPO, config), "/local/runs")
-  assert len(points) == len(runs) >= 2
-  assert all(p.endswith("--config.num_epochs=1 --config.multihost=True") for p in points)
-  assert all(f"--config={config} --workdir=/local/runs/quick/" in p for p in points)
+  script_file = lines[3][5]
+  assert lines[1:] == tpu.start_workers_commands(name="pod", zone="z", project="p", sha=sha, tarball=lines[0][4],
+                                                 script_file=script_file, python="~/gp_venv/bin/python")
+  assert not os.path.exists(lines[0][4]) and not os.path.exists(script_file)  # nothing was written or run
+  script = captured.out.split(f"--- {script_file}:\n")[1].split(f"--- end of {script_file}")[0]
+  assert script == tpu.worker_script(sha=sha, slice_name="pod", config=config, workdir="/local/runs",
+                                     extra=["--config.num_epochs=1"], python="~/gp_venv/bin/python")
+  assert f"{len(sweep.expand(os.path.join(REPO, config), '/local/runs'))} points, code HEAD = {sha}" in captured.out
 
 
 def test_tpu_status_table(tmp_path, capsys):

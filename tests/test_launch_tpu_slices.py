@@ -47,12 +47,23 @@ def test_worker_script_per_host_env_and_restart_loop(tmp_path):
   assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
 
 
-def test_watch_dry_run_recreates_a_suspended_spot_slice(tmp_path, capsys):
-  args = ["watch", "--tpu=gp", "--zone=z", "--accelerator_type=v4-8", "--spot", "--slices=2",
-          "--config=experiments/synthetic.py", f"--workdir={tmp_path}", "--dry_run", "--assume_state=SUSPENDED"]
+def _watch_dry_run(tmp_path, capsys, *flags) -> str:
+  """One `watch --dry_run` pass over spot v4-8 slices of the synthetic sweep; its output."""
+  args = ["watch", "--tpu=gp", "--zone=z", "--accelerator_type=v4-8", "--spot", *flags,
+          "--config=experiments/synthetic.py", f"--workdir={tmp_path}", "--dry_run"]
   assert tpu.main(args) == 0
-  out = capsys.readouterr().out
+  return capsys.readouterr().out
+
+
+def test_watch_dry_run_recreates_a_suspended_spot_slice(tmp_path, capsys):
+  out = _watch_dry_run(tmp_path, capsys, "--slices=2", "--assume_state=SUSPENDED")
   assert "gp-0: state SUSPENDED; 2 points left; actions: recreate" in out
   assert ("(dry run) + gcloud compute tpus queued-resources delete gp-1 --zone=z --force --quiet" in out)
   assert ("(dry run) + gcloud compute tpus queued-resources create gp-1 --node-id=gp-1 --zone=z "
           "--accelerator-type=v4-8 --runtime-version=tpu-ubuntu2204-base --spot") in out
+
+
+def test_watch_restarts_workers_with_the_runs_python(tmp_path, capsys):
+  out = _watch_dry_run(tmp_path, capsys, "--python=~/gp_venv/bin/python", "--assume_state=ACTIVE")
+  assert "gp: state ACTIVE; 2 points left; actions: start" in out
+  assert "&& \"$HOME\"/gp_venv/bin/python -m pip install -q" in out and "uv venv" not in out

@@ -1,7 +1,8 @@
-"""Export (gp_jax.export) and prediction from the exported folder (gp_jax.predict --exported): the artifact
+"""Export (gp_jax.export) and prediction from the exported folder (gp_jax.serving, gp_jax.predict --exported): the artifact
 equals the in-process model exactly, predicts without flax/orbax/ml_collections, never drops hits; predict's
-formats, threshold, streaming, user errors and gs:// paths."""
+formats, threshold, streaming, user errors and gs:// paths; imports go export -> predict -> serving only."""
 
+import ast
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from gp_jax import export, predict
+from gp_jax import export, predict, serving
 from gp_jax.data import batching, merge, windows
 from tests import helpers_train as ht
 from tests.e2e.test_predict import CASES
@@ -51,7 +52,7 @@ def _batch(predictor, texts, *, pipeline: bool = False):
                                    **predictor.window_options)
   batches = list(batching.eval_batches(prepared, batch_size=16, buckets=predictor.buckets))
   assert len(batches) == 1
-  return batches[0] if pipeline else predict.model_inputs(batches[0])
+  return batches[0] if pipeline else serving.model_inputs(batches[0])
 
 
 def _assert_same_predictions(got, want):
@@ -73,7 +74,7 @@ def trained(trained_workdir, tmp_path_factory):
 
 def test_artifact_equals_in_process_model(trained):
   workdir, out, p = trained
-  m = export.load_exported(out)
+  m = serving.load_exported(out)
   assert m.manifest["head"] == "standard" and m.manifest["step"] == p.step and m.manifest["max_len"] == 48
   assert [x["name"] for x in m.manifest["inputs"]] == [*p.tokenizer.feature_names, "attention_mask", "span_mask",
                                                       "positions", "threshold"]
@@ -85,7 +86,7 @@ def test_artifact_equals_in_process_model(trained):
   fn = jax.jit(export.forward_fn(p.setup.graphdef, params, rest, names=names, size=m.manifest["hit_buffer"]))
   want = fn(*[batch[n] for n in names], np.float32(0.0))
   got = m.outputs(batch)
-  for name, w in zip(export.OUTPUTS, want):
+  for name, w in zip(serving.OUTPUTS, want):
     np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(w), err_msg=name)
   count = int(got["count"])
   assert 0 < count < m.manifest["hit_buffer"]
@@ -117,10 +118,10 @@ def test_overflowing_hit_buffer_loses_nothing(trained, tmp_path):
   workdir, out, p = trained
   small = str(tmp_path / "small")
   export.export_workdir(workdir, small, hit_buffer=2)
-  m = export.load_exported(small)
+  m = serving.load_exported(small)
   batch = _batch(p, TEXTS)
   assert int(m.outputs(batch)["count"]) > 2  # really overflows
-  _assert_same_predictions(predict.ExportedPredictor(small).predict(TEXTS), p.predict(TEXTS))
+  _assert_same_predictions(serving.ExportedPredictor(small).predict(TEXTS), p.predict(TEXTS))
 
 
 @pytest.fixture(scope="module")
@@ -150,10 +151,10 @@ def untrained(tmp_path_factory):
 @pytest.mark.parametrize("head", ["standard", "efficient", "softmax", "crf"])
 def test_every_head_exports_and_overflow_loses_nothing(head, untrained):
   setup, params, out = untrained(head)
-  m = export.load_exported(out)
+  m = serving.load_exported(out)
   assert m.is_tagger == (head in ("softmax", "crf"))
   assert m.manifest["hit_buffer"] == (48 if m.is_tagger else 1)
-  batch = _batch(predict.ExportedPredictor(out), TEXTS)
+  batch = _batch(serving.ExportedPredictor(out), TEXTS)
   assert int(m.outputs(batch)["count"]) > m.manifest["hit_buffer"]
   names = export.input_names(setup.tokenizer.feature_names)
   fn = jax.jit(export.forward_fn(setup.graphdef, params, setup.rest, names=names, size=1 << 14))
@@ -174,19 +175,19 @@ def test_onnx_scores_within_1e4(trained, tmp_path):
   workdir, out, p = trained
   onnx_dir = str(tmp_path / "onnx")
   export.export_workdir(workdir, onnx_dir, fmt="onnx")
-  m, ref = export.load_exported(onnx_dir), export.load_exported(out)
+  m, ref = serving.load_exported(onnx_dir), serving.load_exported(out)
   batch = _batch(p, TEXTS)
   want = np.asarray(ref.outputs(batch)["scores"])
   got = np.asarray(m.outputs(batch)["scores"])
   valid = want > np.finfo(np.float32).min / 2
   np.testing.assert_allclose(got[valid], want[valid], atol=1e-4)
-  _assert_same_predictions(predict.ExportedPredictor(onnx_dir).predict(TEXTS), p.predict(TEXTS))
+  _assert_same_predictions(serving.ExportedPredictor(onnx_dir).predict(TEXTS), p.predict(TEXTS))
 
 
 def test_threshold_and_streaming(trained):
   workdir, out, p = trained
-  default = predict.ExportedPredictor(out)
-  low, high = default.predict(TEXTS), predict.ExportedPredictor(out, threshold=2.0).predict(TEXTS)
+  default = serving.ExportedPredictor(out)
+  low, high = default.predict(TEXTS), serving.ExportedPredictor(out, threshold=2.0).predict(TEXTS)
   for a, b in zip(low, high):
     assert b == [e for e in a if e["score"] > 2.0]
   assert sum(map(len, high)) < sum(map(len, low))
@@ -258,3 +259,25 @@ def test_gs_paths_in_and_out(trained, gcs_env, tmp_path):
   _assert_same_predictions([r["entities"] for r in rows], p.predict(TEXTS[:4]))
 
 
+
+
+def _gp_jax_imports(module) -> set[str]:
+  """Every gp_jax module `module`'s file imports, at the top or inside a function."""
+  names = set()
+  for node in ast.walk(ast.parse(open(module.__file__, encoding="utf-8").read())):
+    if isinstance(node, ast.Import):
+      names |= {a.name for a in node.names}
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+  return {n for n in names if n.startswith("gp_jax")}
+
+
+def test_imports_go_one_way_and_old_names_resolve():
+  """export -> predict -> serving, never back (no cycle); the names that moved still resolve for one release."""
+  assert {"gp_jax.predict", "gp_jax.serving"} <= _gp_jax_imports(export)
+  assert "gp_jax.serving" in _gp_jax_imports(predict) and "gp_jax.export" not in _gp_jax_imports(predict)
+  assert not {"gp_jax.export", "gp_jax.predict"} & _gp_jax_imports(serving)
+  for name in ("ExportError", "ExportedModel", "host_span_hits", "load_exported"):
+    assert getattr(export, name) is getattr(serving, name), name
+  assert predict.ExportedPredictor is serving.ExportedPredictor and predict.model_inputs is serving.model_inputs
+  assert issubclass(predict.Predictor, serving.WindowPredictor) and predict.UserError is serving.UserError

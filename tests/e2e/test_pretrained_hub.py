@@ -60,11 +60,11 @@ def test_hub_ids_train_offline_and_predict_without_the_cache(tmp_path):
   assert ents and all(text[e["start"]:e["end"]] == e["text"] for e in ents), pred.stdout
   assert {(e["start"], e["end"], e["type"]) for e in ents} & {(16, 19, "NUM"), (4, 12, "BOX"), (5, 7, "NUM")}
   # A BERT workdir exports (the position-table check meets a symbolic length) and predicts the same spans.
-  from gp_jax import export, predict
+  from gp_jax import export, predict, serving
 
   export.export_workdir(str(tmp_path / "bert"), str(tmp_path / "exported"))
   texts = [text, "Hello_world_4521", "[Ab_cd_99]"]
-  got = predict.ExportedPredictor(str(tmp_path / "exported")).predict(texts)
+  got = serving.ExportedPredictor(str(tmp_path / "exported")).predict(texts)
   want = predict.Predictor(str(tmp_path / "bert")).predict(texts)
   assert [[(e["start"], e["end"], e["type"]) for e in g] for g in got] == [
       [(e["start"], e["end"], e["type"]) for e in w] for w in want]

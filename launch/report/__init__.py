@@ -1,0 +1,77 @@
+"""Summarises finished runs: mean +- sample std over seeds per dataset x encoder x head x RoPE.
+
+  python -m launch.report runs/rope
+  python -m launch.report gs://BUCKET/runs/rope gs://BUCKET/runs/heads --out docs/figures/rope
+
+A run is a folder holding config.json or results.json (found recursively; local or gs:// via etils.epath).
+Finished runs are grouped by config.json's data.name, model.encoder, model.head and model.use_rope ("n/a" for
+tagger heads, which have no RoPE), and by data.max_len too when one dataset's runs differ in it; each group shows
+n (seeds) and mean +- std (statistics.stdev; "-" when n = 1) of dev/test F1, precision, recall (in %), train
+tokens/s and parameter count, then epochs trained and whether training stopped early. Preempted, failed and
+unfinished runs are listed apart, never averaged.
+
+Significance, for the study's comparisons within a dataset x encoder (x max_len): RoPE on vs off per head, GP vs
+CRF, EGP vs GP. Runs are paired by seed; on the test split (dev when a run has no test F1) the table gives the
+mean over seeds of F1(A) - F1(B) with a 95% t-interval, and the p of a paired bootstrap over records when every
+run has results.json's per-record counts (`"per_record": {"tp", "fp", "fn"}`; see stats.paired_bootstrap).
+
+results.json says which heads are taggers (head_kind), the by-length buckets (length_buckets) and the dev F1 of
+every evaluation (dev_history). Older results.json files lack these: tagger heads are then those in
+gp_jax.models.taggers.TAGGERS, the buckets gp_jax.evaluate.LENGTH_BUCKETS, and the dev history comes from the
+run's metrics.jsonl ("split": "dev" lines; by epoch when the steps per epoch are known, else by step).
+
+With --out PREFIX it also writes PREFIX.md (the same tables), PREFIX_f1.png (one panel per dataset: heads on
+the x axis, RoPE on/off side by side, bar = mean over seeds, dots = seeds), PREFIX_by_length.png (dev F1 by gold
+entity length in encoder tokens, tp/pred/gold pooled over seeds; a bucket without gold entities is left empty,
+and the axis gives the gold entities per bucket) and, when some run has a dev history,
+PREFIX_epochs.png (dev F1 by epoch per head x RoPE cell: mean over seeds, band = min..max).
+Plots need matplotlib: pip install -e '.[plots]'.
+
+Modules: runs.py (find run folders, read config/results/history), stats.py (groups, mean +- std, pooled by-length
+F1, t-interval and paired bootstrap; numpy only), tables.py (markdown), plots.py (figures); this file is the CLI
+(`python -m launch.report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+# The package's API: `from launch import report; report.collect(...)`.
+from launch.report.plots import plot_by_length, plot_epochs, plot_f1, write_plots  # noqa: F401
+from launch.report.runs import collect, find_runs, last_metrics  # noqa: F401
+from launch.report.stats import pooled_by_length, summarize  # noqa: F401
+from launch.report.tables import groups_table, length_table, markdown  # noqa: F401
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(prog="python -m launch.report", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("roots", nargs="+", metavar="DIR", help="sweep folders holding run workdirs (local or gs://)")
+  parser.add_argument("--out", default=None, metavar="PREFIX",
+                      help="also write PREFIX.md and the PREFIX_*.png figures (e.g. docs/figures/rope)")
+  args = parser.parse_args(argv)
+  rows = collect(args.roots)
+  summary = summarize(rows)
+  text = markdown(rows, summary)
+  print(text, end="")
+  if not args.out:
+    return 0
+  from etils import epath
+
+  epath.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+  written = []
+  try:
+    if summary:
+      written = write_plots(rows, summary, args.out)
+      text += "\n" + "".join(f"![{title}]({name})\n\n" for title, name in written)
+      if not any(name.endswith("_epochs.png") for _, name in written):
+        text += "(No dev F1 by epoch figure: no finished run recorded a per-epoch dev history.)\n"
+  except ImportError as e:
+    epath.Path(f"{args.out}.md").write_text(text)
+    print(f"wrote {args.out}.md; no plots: {e}", file=sys.stderr)
+    return 1
+  epath.Path(f"{args.out}.md").write_text(text)
+  folder = str(epath.Path(args.out).parent)
+  print(f"wrote {args.out}.md" + "".join(f", {folder}/{name}" for _, name in written), file=sys.stderr)
+  return 0

@@ -1,0 +1,7 @@
+"""python -m launch.report DIR... [--out PREFIX] (see launch/report/__init__.py)."""
+
+import sys
+
+from launch.report import main
+
+sys.exit(main())

@@ -1,0 +1,266 @@
+"""The report's figures (matplotlib): F1 per dataset, dev F1 by entity length, dev F1 by epoch."""
+
+from __future__ import annotations
+
+import io
+import statistics
+
+from launch.report.runs import NO_ROPE, TAGGER
+from launch.report.stats import gold_by_length, length_buckets, pooled_by_length
+
+ROPE_STYLE = {  # rope -> (label, bar colour, line style)
+    "True": ("RoPE", "tab:blue", "-"),
+    "False": ("no RoPE", "tab:orange", "--"),
+    NO_ROPE: ("tagger (no RoPE)", "tab:gray", "-."),
+}
+CELL_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
+                "tab:cyan", "tab:gray")  # line plots: one per head x RoPE cell
+_DPI = 120
+
+
+def _pyplot():
+  try:
+    import matplotlib
+  except ImportError as e:
+    raise ImportError("launch.report plots need matplotlib: pip install -e '.[plots]'") from e
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  return plt
+
+
+def _rope_label(rope: str) -> str:
+  return ROPE_STYLE.get(rope, (f"RoPE={rope}",))[0]
+
+
+def _grid(plt, n: int, *, panel_w: float, panel_h: float):
+  """Figure with n panels, 2 per row; unused panels hidden. Returns (fig, axes in reading order)."""
+  ncols = 2 if n > 1 else 1
+  nrows = -(-n // ncols)
+  fig, axes = plt.subplots(nrows, ncols, figsize=(panel_w * ncols, panel_h * nrows), squeeze=False)
+  axes = list(axes.flat)
+  for ax in axes[n:]:
+    ax.set_visible(False)
+  return fig, axes[:n]
+
+
+def _head_order(groups: list[dict]) -> list[tuple[str, str]]:
+  """(encoder, head) slots: span heads first, then taggers, each alphabetical."""
+  return sorted({(g["encoder"], g["head"]) for g in groups},
+                key=lambda eh: (any(g["head_kind"] == TAGGER for g in groups if (g["encoder"], g["head"]) == eh), eh))
+
+
+def _rope_order(ropes) -> list[str]:
+  order = list(ROPE_STYLE)
+  return sorted(ropes, key=lambda r: (order.index(r) if r in order else len(order), r))
+
+
+def _cell_order(summary: list[dict]) -> list[tuple[str, str]]:
+  """(head, rope) cells: heads as on the F1 figure's x axis, RoPE before no RoPE."""
+  heads, ropes = [], list(ROPE_STYLE)
+  for _, head in _head_order(summary):
+    heads += [head] if head not in heads else []
+  cells = {(g["head"], g["rope"]) for g in summary}
+  return sorted(cells, key=lambda k: (heads.index(k[0]), ropes.index(k[1]) if k[1] in ropes else len(ropes), k[1]))
+
+
+def _cell_style(summary: list[dict]) -> dict[tuple[str, str], tuple[str, str, str]]:
+  """(head, rope) -> (label, colour per cell, line style by RoPE), the same in every panel of a figure."""
+  out = {}
+  for i, (head, rope) in enumerate(_cell_order(summary)):
+    label = head if rope == NO_ROPE else f"{head}, {_rope_label(rope)}"
+    out[(head, rope)] = (label, CELL_COLOURS[i % len(CELL_COLOURS)], ROPE_STYLE.get(rope, ("", "", ":"))[2])
+  return out
+
+
+def _markers(summary: list[dict]) -> dict[str, str]:
+  """Encoder -> marker (panels name their encoders in the title)."""
+  return {e: "osD^v"[i % 5] for i, e in enumerate(sorted({g["encoder"] for g in summary}))}
+
+
+def _cell_legend(fig, plt, summary: list[dict]):
+  """Figure-level legend of the (head, rope) line styles, above the panels."""
+  style = _cell_style(summary)
+  handles = [plt.Line2D([], [], color=style[k][1], linestyle=style[k][2], linewidth=2, label=style[k][0])
+             for k in _cell_order(summary)]
+  fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=10, frameon=False)
+
+
+def _panel(g: dict) -> str:
+  """A figure panel per dataset, or per dataset x max_len when the groups are split by max_len."""
+  return f"{g['dataset']}, max_len {g['max_len']}" if "max_len" in g else g["dataset"]
+
+
+def _datasets(summary: list[dict]) -> list[str]:
+  """Panel names in order (max_len numerically)."""
+  order = {_panel(g): (g["dataset"], int(g["max_len"]) if str(g.get("max_len", "")).isdigit() else 0)
+           for g in summary}
+  return sorted(order, key=lambda p: (order[p], p))
+
+
+def _encoders(groups: list[dict]) -> str:
+  return "/".join(sorted({g["encoder"] for g in groups}))
+
+
+def plot_f1(summary: list[dict], path: str | None = None):
+  """One panel per dataset: heads on the x axis, RoPE on/off side by side; bar = mean over seeds, dots = seeds.
+
+  Each panel shows test F1 when every group there has it, else dev F1 (named in the title). Returns the figure.
+  """
+  plt = _pyplot()
+  datasets = _datasets(summary)
+  fig, axes = _grid(plt, len(datasets), panel_w=6.4, panel_h=3.9)
+  width = 0.38
+  shown = {}
+  for ax, ds in zip(axes, datasets):
+    groups = [g for g in summary if _panel(g) == ds]
+    split = "test" if all(g["metrics"]["test F1"][0] is not None for g in groups) else "dev"
+    slots = _head_order(groups)
+    several = len({e for e, _ in slots}) > 1
+    top = 0.0
+    for x, slot in enumerate(slots):
+      cell = {g["rope"]: g for g in groups if (g["encoder"], g["head"]) == slot}
+      ropes = _rope_order(cell)
+      for i, rope in enumerate(ropes):
+        g = cell[rope]
+        xb = x + (i - (len(ropes) - 1) / 2) * width
+        seeds = [100 * m["results"][split]["f1"] for m in g["members"] if (m["results"].get(split) or {}).get("f1")
+                 is not None]
+        if not seeds:
+          continue
+        mean = statistics.mean(seeds)
+        label, colour, _ = ROPE_STYLE.get(rope, (f"RoPE={rope}", "tab:olive", ":"))
+        shown[label] = ax.bar(xb, mean, width * 0.92, color=colour, alpha=0.85, label=label)
+        jitter = [(j - (len(seeds) - 1) / 2) * width * 0.18 for j in range(len(seeds))]
+        ax.scatter([xb + d for d in jitter], seeds, s=14, color="black", zorder=3)
+        hi = max(seeds)
+        ax.annotate(f"{mean:.1f}", (xb, hi), xytext=(0, 3), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=8)
+        ax.text(xb, 1.5, f"n={len(seeds)}", ha="center", va="bottom", fontsize=8, color="white", fontweight="bold")
+        top = max(top, hi)
+    ax.set_xticks(range(len(slots)))
+    ax.set_xticklabels([f"{e}/{h}" if several else h for e, h in slots], fontsize=10)
+    ax.set_xlim(-0.6, len(slots) - 0.4)
+    ax.set_ylim(0, min(105.0, max(10.0, top * 1.12)))
+    ax.set_title(f"{ds}: {split} F1 ({_encoders(groups)} encoder)", fontsize=11)
+    ax.set_ylabel(f"{split} F1 (%)", fontsize=10)
+    ax.tick_params(axis="y", labelsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+  handles = [shown[k] for k in (s[0] for s in ROPE_STYLE.values()) if k in shown]
+  handles += [h for k, h in shown.items() if h not in handles]
+  if handles:
+    dot = plt.Line2D([], [], marker="o", color="black", linestyle="", markersize=4, label="one seed")
+    fig.legend(handles=handles + [dot], loc="upper center", ncol=len(handles) + 1, fontsize=10, frameon=False)
+  fig.suptitle("F1 per dataset: bar = mean over seeds, dots = seeds, n = seeds", fontsize=11, y=0.96)
+  fig.tight_layout(rect=(0, 0, 1, 0.935))
+  if path:
+    _save(fig, path)
+  return fig
+
+
+def _gold_label(counts: list[int]) -> str:
+  """Gold entities of a bucket per run: one number, or the range when runs differ (other tokenizers)."""
+  if not counts:
+    return "?"
+  return f"{min(counts):,}" if min(counts) == max(counts) else f"{min(counts):,}-{max(counts):,}"
+
+
+def plot_by_length(rows: list[dict], summary: list[dict], path: str | None = None):
+  """One panel per dataset: dev F1 by gold entity length per head x RoPE cell (pooled over seeds). A bucket
+  without gold entities has no F1: no point, and no line through it. Tick labels give the gold entities per run."""
+  plt = _pyplot()
+  datasets = _datasets(summary)
+  fig, axes = _grid(plt, len(datasets), panel_w=6.4, panel_h=3.9)
+  buckets = length_buckets([m for g in summary for m in g["members"]])
+  xs = list(range(len(buckets)))
+  style, markers = _cell_style(summary), _markers(summary)
+  for ax, ds in zip(axes, datasets):
+    groups = [g for g in summary if _panel(g) == ds]
+    for g in groups:
+      f1 = pooled_by_length(g["members"], buckets=buckets)
+      label, colour, ls = style[(g["head"], g["rope"])]
+      ys = [100 * f1[b] if f1[b] is not None else float("nan") for b in buckets]
+      ax.plot(xs, ys, marker=markers[g["encoder"]], markersize=4, color=colour, linestyle=ls, label=label)
+    gold = gold_by_length([m for g in groups for m in g["members"]], buckets=buckets)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{b}\n{_gold_label(gold[b])} gold" for b in buckets], fontsize=9)
+    ax.set_title(f"{ds}: dev F1 by entity length ({_encoders(groups)} encoder)", fontsize=11)
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("gold entity length (encoder tokens); gold entities per run", fontsize=10)
+    ax.set_ylabel("dev F1 (%), pooled over seeds", fontsize=10)
+    ax.grid(alpha=0.3)
+  _cell_legend(fig, plt, summary)
+  fig.tight_layout(rect=(0, 0, 1, 0.94))
+  if path:
+    _save(fig, path)
+  return fig
+
+
+def _history_curve(members: list[dict], unit: str) -> tuple[list[float], list[float], list[float], list[float]]:
+  """(x, mean, min, max) of dev F1 (%) over the seeds evaluated at each x (x = epoch or step)."""
+  at: dict[float, list[float]] = {}
+  for m in members:
+    for h in m["history"]:
+      at.setdefault(round(float(h[unit]), 6), []).append(100 * h["f1"])
+  xs = sorted(at)
+  return xs, [statistics.mean(at[x]) for x in xs], [min(at[x]) for x in xs], [max(at[x]) for x in xs]
+
+
+def plot_epochs(summary: list[dict], path: str | None = None):
+  """One panel per dataset with a dev history: dev F1 by epoch per head x RoPE cell, mean over seeds, band =
+  min..max. A panel is by step when some run there has no known steps per epoch. None when no run has one."""
+  datasets = [ds for ds in _datasets(summary) if any(m["history"] for g in summary if _panel(g) == ds
+                                                       for m in g["members"])]
+  if not datasets:
+    return None
+  plt = _pyplot()
+  fig, axes = _grid(plt, len(datasets), panel_w=6.4, panel_h=3.9)
+  style, markers = _cell_style(summary), _markers(summary)
+  for ax, ds in zip(axes, datasets):
+    groups = [g for g in summary if _panel(g) == ds and any(m["history"] for m in g["members"])]
+    cells = _cell_order(summary)
+    groups.sort(key=lambda g: cells.index((g["head"], g["rope"])))
+    by_epoch = all(h["epoch"] is not None for g in groups for m in g["members"] for h in m["history"])
+    unit = "epoch" if by_epoch else "step"
+    for g in groups:
+      members = [m for m in g["members"] if m["history"]]
+      xs, mean, lo, hi = _history_curve(members, unit)
+      label, colour, ls = style[(g["head"], g["rope"])]
+      ax.plot(xs, mean, color=colour, linestyle=ls, marker=markers[g["encoder"]], markersize=3,
+              label=f"{label} (n={len(members)})")
+      if len(members) > 1:
+        ax.fill_between(xs, lo, hi, color=colour, alpha=0.15, linewidth=0)
+    ax.set_title(f"{ds}: dev F1 during training ({_encoders(groups)} encoder)", fontsize=11)
+    ax.set_xlabel("epoch" if by_epoch else "training step (steps per epoch unknown)", fontsize=10)
+    ax.set_ylabel("dev F1 (%)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right", framealpha=0.8)
+  fig.suptitle("Dev F1 by epoch: line = mean over seeds, band = min..max over seeds, n = seeds", fontsize=11)
+  fig.tight_layout()
+  if path:
+    _save(fig, path)
+  return fig
+
+
+def _save(fig, path: str):
+  from etils import epath
+
+  buf = io.BytesIO()
+  fig.savefig(buf, format="png", dpi=_DPI)
+  epath.Path(path).write_bytes(buf.getvalue())
+
+
+def write_plots(rows: list[dict], summary: list[dict], prefix: str) -> list[tuple[str, str]]:
+  """Writes the figures; returns (title, file name) of each for the markdown links."""
+  plt = _pyplot()
+  name = prefix.rstrip("/").split("/")[-1]
+  out = []
+  for title, suffix, make in (("F1 per dataset, head and RoPE", "_f1.png", lambda p: plot_f1(summary, p)),
+                              ("Dev F1 by entity length", "_by_length.png", lambda p: plot_by_length(rows, summary, p)),
+                              ("Dev F1 by epoch", "_epochs.png", lambda p: plot_epochs(summary, p))):
+    fig = make(f"{prefix}{suffix}")
+    if fig is not None:
+      plt.close(fig)
+      out.append((title, f"{name}{suffix}"))
+  return out

@@ -1,0 +1,155 @@
+"""Finds run folders and reads what a report needs from each: config, results, training length, dev history."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from launch import sweep
+
+_RUN_FILES = ("config.json", "results.json")
+_MAX_DEPTH = 8
+SPAN, TAGGER = "span", "tagger"  # results.json head_kind
+NO_ROPE = "n/a"  # tagger heads have no RoPE; their config's use_rope is ignored
+
+
+def find_runs(root) -> list[tuple[str, object]]:
+  """(path relative to root, epath.Path) of every run folder under `root`, sorted; root itself may be one."""
+  from etils import epath
+
+  root = epath.Path(root)
+  out = []
+
+  def walk(path, rel, depth):
+    try:
+      children = list(path.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+      return
+    if any(c.name in _RUN_FILES for c in children):
+      out.append((rel or ".", path))
+      return
+    if depth < _MAX_DEPTH:
+      for c in sorted(children, key=lambda c: c.name):
+        if c.is_dir():
+          walk(c, f"{rel}/{c.name}" if rel else c.name, depth + 1)
+
+  walk(root, "", 0)
+  return sorted(out, key=lambda r: r[0])
+
+
+def _metrics_lines(path) -> list[dict]:
+  """Parsed lines of a run's metrics.jsonl ([] when absent; a line being written is skipped)."""
+  from etils import epath
+
+  try:
+    text = (epath.Path(path) / "metrics.jsonl").read_text()
+  except FileNotFoundError:
+    return []
+  out = []
+  for line in text.splitlines():
+    try:
+      out.append(json.loads(line))
+    except json.JSONDecodeError:
+      continue
+  return out
+
+
+def last_metrics(path) -> tuple[int | None, float | None]:
+  """(last logged step, last dev F1) from a run's metrics.jsonl; Nones when absent."""
+  step = dev = None
+  for rec in _metrics_lines(path):
+    step = rec.get("step", step)
+    if rec.get("split") == "dev" and "f1" in rec:
+      dev = rec["f1"]
+  return step, dev
+
+
+def head_kind(head: str, results: dict | None) -> str:
+  """"span" or "tagger": results.json's head_kind, else whether gp_jax's TAGGERS holds the head (older files)."""
+  if results and results.get("head_kind"):
+    return results["head_kind"]
+  from gp_jax.models.taggers import TAGGERS  # pylint: disable=g-import-not-at-top
+
+  return TAGGER if head in TAGGERS else SPAN
+
+
+def length_buckets_of(results: dict | None) -> tuple[str, ...]:
+  """By-length bucket labels in order: results.json's length_buckets, else gp_jax.evaluate's (older files)."""
+  if results and results.get("length_buckets"):
+    return tuple(results["length_buckets"])
+  from gp_jax.evaluate import LENGTH_BUCKETS  # pylint: disable=g-import-not-at-top
+
+  return tuple(label for label, *_ in LENGTH_BUCKETS)
+
+
+def steps_per_epoch(config: dict, results: dict | None) -> float | None:
+  """From results.json's steps/epochs, else ceil(train windows / global batch) as the batch iterator does."""
+  results = results or {}
+  if results.get("epochs") and results.get("steps"):
+    return results["steps"] / results["epochs"]
+  windows = ((results.get("split_stats") or {}).get("train") or {}).get("windows")
+  batch = config.get("batch_size")
+  return math.ceil(windows / batch) if windows and batch else None
+
+
+def training_length(config: dict, results: dict | None, spe: float | None) -> tuple[float | None, bool | None]:
+  """(epochs trained, stopped early); older files: steps / steps per epoch, and steps < the planned steps."""
+  results = results or {}
+  steps = results.get("steps")
+  epochs = results.get("epochs")
+  if epochs is None and steps is not None and spe:
+    epochs = steps / spe
+  stopped = results.get("stopped_early")
+  if stopped is None and steps is not None:
+    planned = config.get("num_train_steps") or (
+        math.ceil(config["num_epochs"] * spe) if spe and config.get("num_epochs") else None)
+    stopped = steps < planned if planned else None
+  return epochs, stopped
+
+
+def dev_history(path, results: dict | None, spe: float | None) -> tuple[list[dict], str | None]:
+  """([{step, epoch (None if unknown), f1}] by step, source): results.json's dev_history, else metrics.jsonl."""
+  if results and results.get("dev_history"):
+    return [{"step": h["step"], "epoch": h.get("epoch"), "f1": h["f1"]} for h in results["dev_history"]], \
+        "results.json"
+  by_step = {}
+  for rec in _metrics_lines(path):
+    if rec.get("split") == "dev" and "f1" in rec and "step" in rec:
+      by_step[rec["step"]] = rec["f1"]  # a resumed run logs a step again: the last value wins
+  hist = [{"step": s, "epoch": s / spe if spe else None, "f1": by_step[s]} for s in sorted(by_step)]
+  return hist, ("metrics.jsonl" if hist else None)
+
+
+def collect(roots) -> list[dict]:
+  """One dict per run folder: run, status, group key fields, results (None if absent), training length, history."""
+  if isinstance(roots, str):
+    roots = [roots]
+  rows = []
+  for root in roots:
+    for rel, path in find_runs(root):
+      config = sweep.read_json(path / "config.json") or {}
+      results = sweep.read_json(path / "results.json")
+      model, data = config.get("model", {}), config.get("data", {})
+      head = model.get("head", "?")
+      kind = head_kind(head, results)
+      spe = steps_per_epoch(config, results)
+      epochs, stopped = training_length(config, results, spe)
+      history, source = dev_history(path, results, spe)
+      rows.append({
+          "run": rel if len(roots) == 1 else f"{str(root).rstrip('/')}/{rel}",
+          "status": sweep.status_of(results),
+          "dataset": data.get("name", "?"),
+          "encoder": model.get("encoder", "?"),
+          "head": head,
+          "rope": NO_ROPE if kind == TAGGER else model.get("use_rope", "?"),
+          "seed": config.get("seed"),
+          "max_len": data.get("max_len"),
+          "results": results,
+          "head_kind": kind,
+          "length_buckets": length_buckets_of(results),
+          "epochs": epochs,
+          "stopped_early": stopped,
+          "history": history,
+          "history_source": source,
+      })
+  return rows
