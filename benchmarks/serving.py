@@ -8,7 +8,7 @@ The model: all-MiniLM-L6-v2 (PyPI wheel) + GlobalPointer (d = 64, the synthetic 
 (`python -m gp_jax.export`'s `export_workdir`). Sides, all on the same synthetic batches (B rows of L tokens,
 rows of random length in [L/2, L]):
   predictor  the in-process `gp_jax.predict.Predictor` (jit; hits gathered on device, rows mapped on the host)
-  exported   the StableHLO artifact through `gp_jax.export.load_exported` (what `predict --exported` runs)
+  exported   the StableHLO artifact through `gp_jax.serving.load_exported` (what `predict --exported` runs)
   torch      the PyTorch port (`benchmarks.torch_port`: transformers BertModel + the ports' dense GP head),
              eager, `torch.no_grad()`, hits with `(logits > 0).nonzero()` (skipped without torch)
   onnx       not run while jax2onnx cannot be installed beside our pins (docs/serving.md); the line says so
@@ -65,7 +65,7 @@ def main(argv=None):
   p.add_argument("--train_steps", type=int, default=20, help="training steps before export")
   p.add_argument("--no-torch", action="store_true", help="leave the PyTorch port out")
   args = p.parse_args(argv)
-  from gp_jax import export, predict, runtime  # pylint: disable=g-import-not-at-top
+  from gp_jax import export, predict, runtime, serving  # pylint: disable=g-import-not-at-top
 
   runtime.configure()
   batches = [int(x) for x in args.batches.split(",")]
@@ -76,7 +76,7 @@ def main(argv=None):
   trained_workdir(workdir, steps=args.train_steps, max_len=max(lengths))
   export.export_workdir(workdir, out)
   ours = predict.Predictor(workdir, batch_size=max(batches))
-  exported = export.load_exported(out)
+  exported = serving.load_exported(out)
   num_types = len(ours.types)
   hf, _ = encoder_source("minilm", 0)
   _, features = bert_inputs(hf)
