@@ -1,7 +1,7 @@
 """Off-device lowering of the blockwise ZLPR loss + gradient with the Pallas kernel (`implementation="pallas"`).
 
-For each platform, `jax.export` of a jitted loss + gradient (q, k and both biases of an Efficient-GlobalPointer
-shaped input) and a count of the kernel calls in the module: `tpu_custom_call` (Mosaic) on TPU; on other platforms
+For each platform, `jax.export` of a jitted loss + gradient (Efficient GlobalPointer: bf16 q, k of one shared head
+and float32 start/end biases; standard: float32 q, k of H heads, no biases) and a count of the kernel calls in the module: `tpu_custom_call` (Mosaic) on TPU; on other platforms
 the kernel is interpreted, i.e. plain HLO, and no custom call is expected. A TPU export made on a CPU machine holds
 the serialised Mosaic kernel; Mosaic compiles it (layout passes, VMEM checks) only on the TPU.
 
@@ -17,29 +17,33 @@ import re
 CUSTOM_CALLS = {"tpu": "tpu_custom_call"}  # no Mosaic GPU body yet: cuda runs the interpreted kernel
 
 
-def export_loss(platform: str, *, B=2, L=300, H=3, d=64, K=4, block_size=128, max_span_width=None):
-  """`jax.export.Exported` of loss + gradient w.r.t. (q, k, start_bias, end_bias) for `platform`."""
+def export_loss(platform: str, *, head="efficient", B=2, L=300, H=3, d=64, K=4, block_size=128, max_span_width=None):
+  """`jax.export.Exported` of loss + gradient w.r.t. q, k (and the biases of the efficient head) for `platform`."""
   import jax
   import jax.numpy as jnp
 
   from gp_jax.ops import blockwise_zlpr_loss
 
-  def loss_and_grad(q_BLHD, k_BLHD, sb_BHL, eb_BHL, span_ids_BHK, mask_BL):
-    def loss(q, k, sb, eb):
+  efficient = head == "efficient"
+
+  def loss_and_grad(span_ids_BHK, mask_BL, q_BLHD, k_BLHD, *biases):
+    def loss(q, k, sb=None, eb=None):
       return blockwise_zlpr_loss(q, k, span_ids=span_ids_BHK, attention_mask=mask_BL, start_bias_BHL=sb,
                                  end_bias_BHL=eb, max_span_width=max_span_width, block_size=block_size,
                                  implementation="pallas")
 
-    return jax.value_and_grad(loss, (0, 1, 2, 3))(q_BLHD, k_BLHD, sb_BHL, eb_BHL)
+    return jax.value_and_grad(loss, tuple(range(2 + len(biases))))(q_BLHD, k_BLHD, *biases)
 
-  shapes = [((B, L, 1, d), jnp.bfloat16), ((B, L, 1, d), jnp.bfloat16), ((B, H, L), jnp.float32),
-            ((B, H, L), jnp.float32), ((B, H, K), jnp.int32), ((B, L), jnp.int32)]
+  qk = ((B, L, 1, d), jnp.bfloat16) if efficient else ((B, L, H, d), jnp.float32)
+  shapes = [((B, H, K), jnp.int32), ((B, L), jnp.int32), qk, qk] + [((B, H, L), jnp.float32)] * (2 * efficient)
   args = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in shapes]
   return jax.export.export(jax.jit(loss_and_grad), platforms=[platform])(*args)
 
 
 def loss_lines(platforms=("tpu",), **kwargs) -> list[str]:
-  """One line per platform: `tpu loss: lowered (pallas, 3 tpu_custom_call)` or `... : not lowered: REASON`."""
+  """One line per platform: `tpu loss: lowered (pallas, 3 tpu_custom_call)` or `... : not lowered: REASON`.
+
+  The loss + gradient holds three kernels: the forward and the backward's dq and dk passes."""
   lines = []
   for platform in platforms:
     try:

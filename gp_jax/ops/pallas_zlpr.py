@@ -255,7 +255,7 @@ def _neg_term(spec_of, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK):
 
 
 def _neg_fwd(spec_of, *res):
-  out_BH = _neg_term(spec_of, *res)
+  out_BH = _per_platform(_forward, spec_of, *res)
   return out_BH, (res, out_BH)
 
 

@@ -101,4 +101,5 @@ def test_tpu_export_holds_mosaic_kernel_and_cpu_export_none():
   from benchmarks.lowering_loss import export_loss, loss_lines
 
   assert loss_lines(("tpu",), L=200, H=2, max_span_width=40) == ["tpu loss: lowered (pallas, 3 tpu_custom_call)"]
+  assert loss_lines(("tpu",), head="standard", L=200, H=2) == ["tpu loss: lowered (pallas, 3 tpu_custom_call)"]
   assert "tpu_custom_call" not in export_loss("cpu", L=200, H=2).mlir_module()
