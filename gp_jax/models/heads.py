@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import math
 
 import jax
@@ -29,6 +30,9 @@ def _batch_sharded(loss, inputs):
   shards = math.prod(mesh.shape[a] for a in axes)
   inputs = {name: x for name, x in inputs.items() if x is not None}
   if shards <= 1 or inputs["q_BLHD"].shape[0] % shards:
+    if mesh.empty and jax.device_count() > 1:  # correct, but a Mosaic kernel then is not split by batch
+      logging.getLogger(__name__).warning("Pallas span loss on %d devices without jax.set_mesh: not batch-sharded",
+                                          jax.device_count())
     return loss(**inputs)
   spec = P(axes)
   per_shard = lambda x: jax.lax.pmean(loss(**x), axes)  # noqa: E731  equal shards: the mean of their means
