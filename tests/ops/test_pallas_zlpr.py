@@ -103,3 +103,18 @@ def test_tpu_export_holds_mosaic_kernel_and_cpu_export_none():
   assert loss_lines(("tpu",), L=200, H=2, max_span_width=40) == ["tpu loss: lowered (pallas, 3 tpu_custom_call)"]
   assert loss_lines(("tpu",), head="standard", L=200, H=2) == ["tpu loss: lowered (pallas, 3 tpu_custom_call)"]
   assert "tpu_custom_call" not in export_loss("cpu", L=200, H=2).mlir_module()
+
+
+def test_tpu_tiling_in_the_tpu_interpreter(monkeypatch):
+  """The branch Mosaic compiles (tiles rounded up to 128 lanes, SMEM ids, accumulators in revisited output blocks)
+  run by Pallas' TPU interpreter, which fills never-written memory with NaN."""
+  from jax.experimental.pallas import tpu as pltpu
+
+  from gp_jax.ops import pallas_zlpr
+
+  monkeypatch.setattr(pallas_zlpr, "_per_platform", lambda fn, spec_of, *args: fn(spec_of(True), *args))
+  q, k, am, sb, eb, ids = make_case(6, L=140, Hq=1, H=2, biases=True, lengths=(131, 60))
+  kw = dict(ids=jnp.asarray(ids), am=jnp.asarray(am), W=None, block_size=100)  # 2 x 2 blocks of 128
+  with pltpu.force_tpu_interpret_mode():
+    out = loss_and_grads("pallas", q, k, sb, eb, **kw)
+  assert_same(out, loss_and_grads("xla", q, k, sb, eb, **kw))
