@@ -66,8 +66,8 @@ def _tile_scores(spec, a_blk, b_blk, a_ref, b_ref, abias_ref, bbias_ref, va_ref,
   pass): rows are k positions j, columns q positions i; `a` is then k and `b` q, biases swapped accordingly."""
   bs = spec.tile
   a, b = a_ref[...], b_ref[...]
-  precision = jax.lax.Precision.HIGHEST if a.dtype == jnp.float32 else None
-  s = jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), precision=precision, preferred_element_type=jnp.float32)
+  # Default matmul precision, as the XLA op's einsum (on TPU: bf16 passes for float32 inputs).
+  s = jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
   s = s / math.sqrt(a.shape[-1])
   if abias_ref is not None:
     s = s + abias_ref[...]  # [bs, 1]
@@ -139,8 +139,7 @@ def _bwd_kernel(spec, transposed, a_blk_ref, b_blk_ref, *refs):
   # d/ds log(1 + sum e^s) = e^(s - out); left-out cells are exp(-inf) = 0.
   ds = jnp.exp(s - stats_ref[0, 0]) * stats_ref[0, 1]
   b = tile_refs[1][...].astype(jnp.float32)
-  da = jax.lax.dot_general(ds, b, (((1,), (0,)), ((), ())), precision=jax.lax.Precision.HIGHEST,
-                           preferred_element_type=jnp.float32)
+  da = jax.lax.dot_general(ds, b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
   da_ref[...] += da / math.sqrt(b.shape[-1])
   if dbias_ref is not None:
     dbias_ref[...] += jnp.sum(ds, axis=1, keepdims=True)
