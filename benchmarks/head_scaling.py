@@ -6,6 +6,9 @@ reports its peak RSS (`ru_maxrss` in the child, which includes the Python + JAX 
   dense:     `head.span_loss(..., block_size=None)` ([B, H, L, L] logits, full triangle)
   blockwise: `head.span_loss(..., block_size=bs)` (upper-triangle tiles, no max_span_width)
   banded:    the same with `max_span_width=W` (only j - i < W; a different, narrower mask)
+  pallas:    blockwise with `implementation="pallas"` (opt-in via --modes: the Mosaic kernel on TPU, the
+             interpreted kernel elsewhere, GPU included until it has a Mosaic GPU body)
+Memory is the device's peak bytes in use where the backend reports it (GPU, TPU), else the child's peak RSS.
 Dense shapes whose estimated peak exceeds --max_dense_gib are skipped (marked in the table).
 Children call `gp_jax.runtime.configure()` as `gp_jax.main` does (`--no-runtime`: leave it out).
 `--rounds N` runs the modes of a shape N times in alternation (dense, blockwise, banded, dense, ...;
@@ -14,6 +17,8 @@ ratios, with min..max; the last column is the load average and CPU steal over th
 
   python -m benchmarks.head_scaling [--lengths 512,1024,2048,4096,8192 --types 10,50 --width 64]
   python -m benchmarks.head_scaling --lengths 8192 --types 10 --rounds 3
+  python -m benchmarks.head_scaling --modes dense,blockwise,pallas --lengths 2048,4096,8192,16384 --types 10,50
+      (a lent accelerator: the XLA op vs the kernel, d=64, B=1; dense where it fits under --max_dense_gib)
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ import time
 
 from benchmarks import common
 
-MODES = ("dense", "blockwise", "banded")
+MODES = ("dense", "blockwise", "banded", "pallas")
+DEFAULT_MODES = ("dense", "blockwise", "banded")
 DENSE_BYTES_PER_CELL = 4 * 3.2  # float32 logits + ~2 more [B, H, L, L] buffers in the backward pass
 
 
@@ -48,6 +54,7 @@ def run_child(spec: dict) -> dict:
   L, H, mode = spec["L"], spec["H"], spec["mode"]
   width = spec["width"] if mode == "banded" else None
   block_size = None if mode == "dense" else spec["block_size"]
+  implementation = "pallas" if mode == "pallas" else "auto"
   head = GlobalPointer(spec["D"], H, head_size=spec["d"], max_span_width=width, rngs=nnx.Rngs(0))
   graphdef, params = nnx.split(head)
   rng = np.random.default_rng(0)
@@ -60,7 +67,8 @@ def run_child(spec: dict) -> dict:
   @jax.jit
   def step(params, hidden_BLD, mask_BL, span_ids_BHK):
     def loss_fn(p):
-      return nnx.merge(graphdef, p).span_loss(hidden_BLD, mask_BL, span_ids=span_ids_BHK, block_size=block_size)
+      return nnx.merge(graphdef, p).span_loss(hidden_BLD, mask_BL, span_ids=span_ids_BHK, block_size=block_size,
+                                              implementation=implementation)
 
     return jax.value_and_grad(loss_fn)(params)
 
@@ -70,7 +78,9 @@ def run_child(spec: dict) -> dict:
   first = time.perf_counter() - start
   seconds = common.median_seconds(call, spec["iters"] if first < 20 else 1)
   rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-  return {"seconds": seconds, "first_call_s": first, "rss_gib": rss_gib, "loss": float(loss)}
+  stats = jax.devices()[0].memory_stats() or {}  # None on CPU
+  peak_gib = stats["peak_bytes_in_use"] / 2**30 if "peak_bytes_in_use" in stats else rss_gib
+  return {"seconds": seconds, "first_call_s": first, "rss_gib": rss_gib, "peak_gib": peak_gib, "loss": float(loss)}
 
 
 def run_shape(spec: dict) -> dict:
@@ -110,13 +120,17 @@ def mode_runner(args, H: int, L: int, mode: str):
   return run
 
 
+RATIOS = (("seconds", "dense", "blockwise"), ("seconds", "dense", "banded"), ("peak_gib", "dense", "blockwise"),
+          ("seconds", "blockwise", "pallas"), ("peak_gib", "blockwise", "pallas"))
+
+
 def table_row(H: int, L: int, runs: dict[str, list[dict]], idle: str) -> str:
-  """Times, RSS, and per-round dense/other ratios (median [min..max]) of one shape."""
-  cells = [fmt(runs.get(m), "seconds", ".3f") for m in MODES] + [fmt(runs.get(m), "rss_gib", ".2f") for m in MODES]
-  for key, other in (("seconds", "blockwise"), ("seconds", "banded"), ("rss_gib", "blockwise")):
-    if "dense" in runs and other in runs:
-      rounds = common.Rounds({m: [r.get(key) for r in runs[m]] for m in ("dense", other)})
-      cells.append(rounds.ratio("dense", other).fmt(".1f"))
+  """Times, peak memory, and per-round ratios (median [min..max]) of one shape."""
+  cells = [fmt(runs.get(m), "seconds", ".3f") for m in MODES] + [fmt(runs.get(m), "peak_gib", ".2f") for m in MODES]
+  for key, num, den in RATIOS:
+    if num in runs and den in runs:
+      rounds = common.Rounds({m: [r.get(key) for r in runs[m]] for m in (num, den)})
+      cells.append(rounds.ratio(num, den).fmt(".1f"))
     else:
       cells.append("-")
   return f"| {H} | {L} | " + " | ".join(cells) + f" | {idle} |"
@@ -126,7 +140,7 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--lengths", default="512,1024,2048,4096,8192", help="comma list of sequence lengths L")
   parser.add_argument("--types", default="10,50", help="comma list of entity type counts H")
-  parser.add_argument("--modes", default=",".join(MODES), help=f"comma list from {MODES}")
+  parser.add_argument("--modes", default=",".join(DEFAULT_MODES), help=f"comma list from {MODES}")
   parser.add_argument("--width", type=int, default=64, help="max_span_width W of the banded mode")
   parser.add_argument("--block_size", type=int, default=128, help="tile rows (and columns) of the blockwise op")
   parser.add_argument("--hidden", type=int, default=384, help="hidden size D")
@@ -155,10 +169,11 @@ def main(argv=None):
   print(common.machine_line("head_scaling"))
   print(f"GlobalPointer D={args.hidden} d={args.head_size} B=1, span loss forward+backward (jit), "
         f"block_size={args.block_size}, banded W={args.width}, runtime settings {'on' if args.runtime else 'off'}, "
-        f"{args.rounds} round(s); seconds/step (median), peak RSS GiB\n")
-  print("| H | L | dense s | blockwise s | banded s | dense GiB | blockwise GiB | banded GiB "
-        "| dense/blockwise time | dense/banded time | dense/blockwise RSS | load, steal |")
-  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        f"{args.rounds} round(s); seconds/step (median), peak GiB (device where reported, else RSS)\n")
+  print("| H | L | " + " | ".join([f"{m} s" for m in MODES] + [f"{m} GiB" for m in MODES]
+                                  + [f"{n}/{d} {'time' if k == 'seconds' else 'memory'}" for k, n, d in RATIOS])
+        + " | load, steal |")
+  print("|---" * (3 + 2 * len(MODES) + len(RATIOS)) + "|")
   for H in types:
     for L in lengths:
       print(table_row(H, L, *results[(H, L)]))

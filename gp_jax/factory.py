@@ -105,7 +105,8 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
                          max_span_width=config.data.max_span_width or None, dtype=dtype, rngs=rngs)
   else:
     raise ValueError(f"model.head must be one of {sorted(HEADS) + sorted(TAGGERS)}, got {m.head!r}")
-  return NerModel(encoder, head, tokenizer.feature_names)
+  return NerModel(encoder, head, tokenizer.feature_names,
+                  loss_implementation=config.loss.get("implementation", "auto"))
 
 
 def tag_scheme(config) -> str | None:

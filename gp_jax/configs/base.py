@@ -79,6 +79,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.loss = ml_collections.ConfigDict()
   c.loss.kind = "sparse_zlpr"  # 'sparse_zlpr' (positives as index lists) or 'zlpr' (dense labels built on device)
   c.loss.block_size = 0  # span heads: > 0 = blockwise loss/decoding in row blocks of this size, never [B,H,L,L]
+  c.loss.implementation = "auto"  # blockwise loss: 'xla' (scan), 'pallas' (kernel, batch-sharded) or 'auto' (= xla)
 
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.lr = 2e-3  # peak learning rate (encoder)

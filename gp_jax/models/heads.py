@@ -2,17 +2,43 @@
 
 from __future__ import annotations
 
+import functools
+import logging
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
 from gp_jax import ops
+from gp_jax.sharding import BATCH_AXES
 from gp_jax.models.layers import linear
 
 
 def _mask_logits(logits_BHLL, mask_BL, max_span_width):
   mask_B1LL = ops.span_mask(mask_BL, max_span_width=max_span_width)
   return jnp.where(mask_B1LL, logits_BHLL, ops.masked_fill_value(logits_BHLL.dtype))
+
+
+def _batch_sharded(loss, inputs):
+  """`loss(**inputs)` (a mean over the batch) per batch shard under `jax.shard_map` over the context mesh's batch
+  axes, the shard means averaged again: Pallas kernels are not auto-partitioned. No mesh set, or a batch that does
+  not split evenly: one call on the whole batch."""
+  mesh = jax.sharding.get_abstract_mesh()
+  axes = tuple(a for a in BATCH_AXES if a in mesh.axis_names)
+  shards = math.prod(mesh.shape[a] for a in axes)
+  inputs = {name: x for name, x in inputs.items() if x is not None}
+  if shards <= 1 or inputs["q_BLHD"].shape[0] % shards:
+    if mesh.empty and jax.device_count() > 1:  # correct, but a Mosaic kernel then is not split by batch
+      logging.getLogger(__name__).warning("Pallas span loss on %d devices without jax.set_mesh: not batch-sharded",
+                                          jax.device_count())
+    return loss(**inputs)
+  spec = P(axes)
+  per_shard = lambda x: jax.lax.pmean(loss(**x), axes)  # noqa: E731  equal shards: the mean of their means
+  # check_vma=False: pallas_call outputs carry no varying-axes type.
+  return jax.shard_map(per_shard, mesh=mesh, in_specs=({n: spec for n in inputs},), out_specs=P(),
+                       check_vma=False)(inputs)
 
 
 class _SpanHead(nnx.Module):
@@ -43,21 +69,24 @@ class _SpanHead(nnx.Module):
       logits_BHLL = logits_BHLL + end_bias_BHL[..., None, :]
     return _mask_logits(logits_BHLL, attention_mask_BL, self.max_span_width)
 
-  def span_loss(self, hidden_BLD, attention_mask_BL, *, span_ids, positions=None, block_size=None):
+  def span_loss(self, hidden_BLD, attention_mask_BL, *, span_ids, positions=None, block_size=None,
+                implementation="auto"):
     """Sparse ZLPR loss (mean over B*H); `span_ids` int `[B, H, K]` flat `i * L + j`, -1 padded.
 
     `block_size=None`: dense `[B, H, L, L]` logits. An int: `ops.blockwise_zlpr_loss` (banded when
-    `max_span_width` is set), same value without the score tensor.
+    `max_span_width` is set), same value without the score tensor, computed by `implementation`; the Pallas
+    kernel runs under `jax.shard_map` over the batch axes of the context mesh (`jax.set_mesh`) when there is one.
     """
     if block_size is None:
       mask_B1LL = ops.span_mask(attention_mask_BL, max_span_width=self.max_span_width)
       logits_BHLL = self(hidden_BLD, attention_mask_BL, positions=positions)
       return ops.sparse_zlpr_loss(logits_BHLL, span_ids=span_ids, mask=mask_B1LL)
     q_BLHD, k_BLHD, start_bias_BHL, end_bias_BHL = self.project(hidden_BLD, positions=positions)
-    return ops.blockwise_zlpr_loss(
-        q_BLHD, k_BLHD, span_ids=span_ids, attention_mask=attention_mask_BL, start_bias_BHL=start_bias_BHL,
-        end_bias_BHL=end_bias_BHL, max_span_width=self.max_span_width, block_size=block_size,
-    )
+    loss = functools.partial(ops.blockwise_zlpr_loss, max_span_width=self.max_span_width, block_size=block_size,
+                             implementation=implementation)
+    inputs = dict(q_BLHD=q_BLHD, k_BLHD=k_BLHD, span_ids=span_ids, attention_mask=attention_mask_BL,
+                  start_bias_BHL=start_bias_BHL, end_bias_BHL=end_bias_BHL)
+    return _batch_sharded(loss, inputs) if implementation == "pallas" else loss(**inputs)
 
   def decode_hits(
       self, hidden_BLD, attention_mask_BL, *, positions=None, size: int, block_size=None, threshold=0.0,

@@ -18,10 +18,12 @@ class NerModel(nnx.Module):
   model assumes `[B, H, L, L]` logits. Span heads also give those logits through `__call__`.
   """
 
-  def __init__(self, encoder: nnx.Module, head: nnx.Module, feature_names: tuple[str, ...]):
+  def __init__(self, encoder: nnx.Module, head: nnx.Module, feature_names: tuple[str, ...], *,
+               loss_implementation: str = "auto"):
     self.encoder = encoder
     self.head = head
     self.feature_names = tuple(feature_names)
+    self.loss_implementation = loss_implementation  # blockwise span loss: 'auto', 'xla' or 'pallas'
     params = inspect.signature(type(encoder).__call__).parameters
     self._encoder_takes_positions = "positions" in params
 
@@ -45,7 +47,8 @@ class NerModel(nnx.Module):
       return self.head.tag_loss(hidden_BLD, batch["span_mask"], tags_BL=batch["tags"])
     if loss_kind == "sparse_zlpr":
       return self.head.span_loss(hidden_BLD, batch["span_mask"], span_ids=batch["span_ids"],
-                                 positions=batch["positions"], block_size=block_size)
+                                 positions=batch["positions"], block_size=block_size,
+                                 implementation=self.loss_implementation)
     if loss_kind == "zlpr":
       logits_BHLL = self.head(hidden_BLD, batch["span_mask"], positions=batch["positions"])
       return zlpr_loss(logits_BHLL, labels=dense_labels(batch["span_ids"], logits_BHLL.shape),

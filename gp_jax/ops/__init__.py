@@ -1,5 +1,5 @@
-"""Pure jax.numpy ops: RoPE, span scores, masks, ZLPR losses (dense, sparse, blockwise), decoding, CRF, and
-the 2-D matmul the models' Linear layers use."""
+"""Pure jax.numpy ops: RoPE, span scores, masks, ZLPR losses (dense, sparse, blockwise; the blockwise loss also as
+Pallas kernels, `pallas_zlpr`), decoding, CRF, and the 2-D matmul the models' Linear layers use."""
 
 from gp_jax.ops.blockwise import blockwise_decode_hits, blockwise_zlpr_loss
 from gp_jax.ops.crf import crf_log_partition, crf_sequence_score, viterbi_decode

@@ -6,6 +6,7 @@ never visited, and with `max_span_width=W` only the band j - i < W is (a `[bs, b
 row block, cost O(L * W)). The loss keeps an online log-sum-exp in float32 for the negatives; its
 backward pass (a `jax.custom_vjp`) recomputes each tile instead of storing scores (banded: it keeps the
 forward's O(L * W) band of exponentials instead). Positives are gathered directly from q and k.
+`implementation="pallas"` computes the negative term with the kernels of `ops.pallas_zlpr` instead of the scan.
 
 q/k may carry one head shared by all H types (Efficient GlobalPointer): q, k `[B, L, 1, d]` with
 `[B, H, L]` biases broadcast the shared score over the types.
@@ -20,10 +21,14 @@ import math
 import jax
 import jax.numpy as jnp
 
+from gp_jax.ops import pallas_zlpr
 from gp_jax.ops.losses import _log1p_sum_exp
 
 
 _STEP_CELLS = 1 << 21  # banded: row blocks per loop step so that a step holds about this many scores
+# Platforms where the Pallas kernel was timed faster than the XLA op ("auto" picks it there): none yet, the kernel
+# has only run interpreted on CPU and been lowered (not compiled) for TPU; see docs/benchmarks.md.
+PALLAS_FASTER_ON: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,11 +65,15 @@ class _Plan:
     return max(self.col_starts) + self.k_span
 
 
-def _make_plan(length: int, block_size: int, max_span_width: int | None, cells_per_block: int) -> _Plan:
+def _check_sizes(block_size: int, max_span_width: int | None):
   if block_size < 1:
     raise ValueError(f"block_size must be >= 1, got {block_size}")
   if max_span_width is not None and max_span_width < 1:
     raise ValueError(f"max_span_width must be >= 1, got {max_span_width}")
+
+
+def _make_plan(length: int, block_size: int, max_span_width: int | None, cells_per_block: int) -> _Plan:
+  _check_sizes(block_size, max_span_width)
   bs = max(1, min(block_size, length))
   n = -(-length // bs)
   W = max_span_width
@@ -248,10 +257,14 @@ def _neg_bwd(plan, res, g_BH):
 _neg_term.defvjp(_neg_fwd, _neg_bwd)
 
 
-def _prepare(q_BLHD, k_BLHD, attention_mask, start_bias_BHL, end_bias_BHL, plan):
-  """Heads-major, padded copies: q rows to plan.q_len, k columns to plan.k_len (padding is invalid)."""
+def _check_qk(q_BLHD, k_BLHD):
   if q_BLHD.shape != k_BLHD.shape or q_BLHD.ndim != 4:
     raise ValueError(f"expected q, k of equal shape [B, L, H, d], got {q_BLHD.shape} and {k_BLHD.shape}")
+
+
+def _prepare(q_BLHD, k_BLHD, attention_mask, start_bias_BHL, end_bias_BHL, plan):
+  """Heads-major, padded copies: q rows to plan.q_len, k columns to plan.k_len (padding is invalid)."""
+  _check_qk(q_BLHD, k_BLHD)
   L = q_BLHD.shape[1]
   pad = lambda x, n, axis: jnp.pad(x, [(0, n - L if a == axis else 0) for a in range(x.ndim)])  # noqa: E731
   q_BHLD = pad(jnp.swapaxes(q_BLHD, 1, 2), plan.q_len, 2)
@@ -272,6 +285,7 @@ def blockwise_zlpr_loss(
     end_bias_BHL=None,
     max_span_width: int | None = None,
     block_size: int = 128,
+    implementation: str = "auto",
 ):
   """Sparse ZLPR loss of GlobalPointer scores, built tile by tile.
 
@@ -283,6 +297,9 @@ def blockwise_zlpr_loss(
     start_bias_BHL, end_bias_BHL: optional per-type biases added at the start i / end j.
     max_span_width: only cells with j - i < W exist (banded: cost O(L * W)).
     block_size: rows (and columns) per tile.
+    implementation: "xla" (a `lax.scan` over tiles), "pallas" (`ops.pallas_zlpr` kernels: Mosaic when lowered
+      for TPU, interpreted elsewhere; not auto-partitioned, call it under `jax.shard_map` on a mesh) or "auto"
+      (pallas on the platforms in `PALLAS_FASTER_ON`, which is empty: xla everywhere for now).
 
   Returns:
     The value of `sparse_zlpr_loss(logits, span_ids=span_ids, mask=span_mask(attention_mask,
@@ -291,11 +308,20 @@ def blockwise_zlpr_loss(
   """
   B, L, _, _ = q_BLHD.shape
   span_ids_BHK = jnp.asarray(span_ids, jnp.int32)
-  plan = _make_plan(L, block_size, max_span_width, B * span_ids_BHK.shape[1])
-  q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL = _prepare(
-      q_BLHD, k_BLHD, attention_mask, start_bias_BHL, end_bias_BHL, plan
-  )
-  neg_BH = _neg_term(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, span_ids_BHK)
+  if _use_pallas(implementation):
+    _check_sizes(block_size, max_span_width)
+    _check_qk(q_BLHD, k_BLHD)
+    neg_BH = pallas_zlpr.neg_term(
+        q_BLHD, k_BLHD, span_ids_BHK=span_ids_BHK, valid_BL=jnp.asarray(attention_mask).astype(bool),
+        start_bias_BHL=start_bias_BHL, end_bias_BHL=end_bias_BHL, max_span_width=max_span_width,
+        block_size=block_size,
+    )
+  else:
+    plan = _make_plan(L, block_size, max_span_width, B * span_ids_BHK.shape[1])
+    q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL = _prepare(
+        q_BLHD, k_BLHD, attention_mask, start_bias_BHL, end_bias_BHL, plan
+    )
+    neg_BH = _neg_term(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, span_ids_BHK)
 
   # Positives: K scores gathered directly (plain autodiff).
   H = span_ids_BHK.shape[1]
@@ -318,6 +344,13 @@ def blockwise_zlpr_loss(
     pos_valid &= (j_BHK - i_BHK) < max_span_width
   pos_term_BH = _log1p_sum_exp(-pos_BHK, pos_valid)
   return jnp.mean(neg_BH + pos_term_BH)
+
+
+def _use_pallas(implementation: str) -> bool:
+  if implementation not in ("auto", "xla", "pallas"):
+    raise ValueError(f"implementation must be 'auto', 'xla' or 'pallas', got {implementation!r}")
+  # auto: decided on the tracing machine's backend, the only one it can know before lowering.
+  return implementation == "pallas" or (implementation == "auto" and jax.default_backend() in PALLAS_FASTER_ON)
 
 
 def blockwise_decode_hits(

@@ -1,0 +1,304 @@
+"""Pallas kernels for the negative term of the blockwise ZLPR loss: log(1 + sum over valid, non-gold cells of e^s).
+
+Scores s[b, h, i, j] = q_i . k_j / sqrt(d) (+ start_bias[b, h, i]) (+ end_bias[b, h, j]) exist for i <= j (and
+j - i < W when banded). The grid is (B, H, T): T upper-triangle tiles of `bs x bs` cells (only those touching the
+band when W is set), their row/column block numbers prefetched as scalars. Gold cells are left out inside each tile
+by comparing the tile's cell ids i * L + j with the K gold ids of that (b, h), read from SMEM.
+
+Forward: an online max / sum-exp in float32 per (b, h), kept in VMEM scratch across the T steps; the result
+`[B, H]` is all the backward pass keeps besides the inputs. Backward: one kernel body, called twice. The dq pass
+visits tiles row block by row block and accumulates dq and d(start bias) of that row block; the dk pass visits the
+transposed tiles (k rows, q columns) column block by column block for dk and d(end bias). Both recompute
+e^(s - out) * g from the saved `out`. Gradients are per type h (a shared q/k head sums them over H afterwards).
+
+Interpret or compiled is decided by the platform the op is lowered for (`lax.platform_dependent`): TPU gets the
+Mosaic kernel with tiles rounded up to multiples of 128; every other platform runs the interpreted kernel with the
+caller's block size (there is no Mosaic GPU body yet).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+_LANES = 128  # TPU lane width: tiles and per-(b, h) outputs are multiples of it when compiled
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+  """Static description of one kernel launch."""
+
+  length: int  # unpadded L (gold ids are i * L + j)
+  tile: int  # bs: rows and columns per tile
+  blocks: int  # n = ceil(L / bs)
+  max_span_width: int | None
+  shared: bool  # q/k have one head for all H types
+  has_sb: bool
+  has_eb: bool
+  interpret: bool
+
+  @property
+  def padded(self):
+    return self.blocks * self.tile
+
+  def tiles(self, by_column: bool):
+    """(row block, column block) of every visited tile; sorted by column block when `by_column`."""
+    n, bs, W = self.blocks, self.tile, self.max_span_width
+    tiles = [(r, c) for r in range(n) for c in range(r, n) if W is None or (c - r) * bs <= bs + W - 2]
+    return sorted(tiles, key=lambda rc: (rc[1], rc[0])) if by_column else tiles
+
+
+def _tile_size(length: int, block_size: int, compiled: bool) -> int:
+  bs = max(1, min(block_size, length))
+  return -(-bs // _LANES) * _LANES if compiled else bs
+
+
+def _tile_scores(spec, a_blk, b_blk, a_ref, b_ref, abias_ref, bbias_ref, va_ref, vb_ref, ids_ref, *, transposed):
+  """float32 `[bs, bs]` scores of one tile with the non-negative cells at -inf.
+
+  Plain tiles: rows are q positions i (block a_blk), columns k positions j (block b_blk). Transposed tiles (the dk
+  pass): rows are k positions j, columns q positions i; `a` is then k and `b` q, biases swapped accordingly."""
+  bs = spec.tile
+  a, b = a_ref[...], b_ref[...]
+  # Default matmul precision, as the XLA op's einsum (on TPU: bf16 passes for float32 inputs).
+  s = jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+  s = s / math.sqrt(a.shape[-1])
+  if abias_ref is not None:
+    s = s + abias_ref[...]  # [bs, 1]
+  if bbias_ref is not None:
+    s = s + bbias_ref[...]  # [1, bs]
+  pos_a = a_blk * bs + jax.lax.broadcasted_iota(jnp.int32, (bs, bs), 0)
+  pos_b = b_blk * bs + jax.lax.broadcasted_iota(jnp.int32, (bs, bs), 1)
+  i, j = (pos_b, pos_a) if transposed else (pos_a, pos_b)
+  keep = (va_ref[...] != 0) & (vb_ref[...] != 0) & (j >= i)
+  if spec.max_span_width is not None:
+    keep &= (j - i) < spec.max_span_width
+  cell = i * spec.length + j  # padding rows/columns alias other ids, but they are invalid anyway
+
+  def drop_gold(kk, gold):
+    return jnp.where(cell == ids_ref[0, kk], 1, gold)
+
+  gold = jax.lax.fori_loop(0, ids_ref.shape[1], drop_gold, jnp.zeros((bs, bs), jnp.int32))
+  return jnp.where(keep & (gold == 0), s, -jnp.inf)
+
+
+def _split_refs(spec, refs, transposed):
+  """Kernel refs -> ((a, b, abias | None, bbias | None, va, vb, ids), the remaining refs)."""
+  refs = list(refs)
+  a_ref, b_ref = refs.pop(0), refs.pop(0)
+  abias_ref = refs.pop(0) if (spec.has_eb if transposed else spec.has_sb) else None
+  bbias_ref = refs.pop(0) if (spec.has_sb if transposed else spec.has_eb) else None
+  va_ref, vb_ref, ids_ref = refs.pop(0), refs.pop(0), refs.pop(0)
+  return (a_ref, b_ref, abias_ref, bbias_ref, va_ref, vb_ref, ids_ref), refs
+
+
+def _fwd_kernel(spec, a_blk_ref, b_blk_ref, *refs):
+  tile_refs, (out_ref, m_ref, l_ref) = _split_refs(spec, refs, False)
+  t = pl.program_id(2)
+
+  @pl.when(t == 0)
+  def _():
+    m_ref[...] = jnp.zeros_like(m_ref)  # m starts at 0: log(1 + sum) needs no -inf start
+    l_ref[...] = jnp.zeros_like(l_ref)
+
+  s = _tile_scores(spec, a_blk_ref[t], b_blk_ref[t], *tile_refs, transposed=False)
+  m_prev = m_ref[...]
+  m_new = jnp.maximum(m_prev, jnp.max(jnp.max(s, axis=1, keepdims=True), axis=0, keepdims=True))
+  e = jnp.exp(s - m_new[:, :1])
+  l_ref[...] = l_ref[...] * jnp.exp(m_prev - m_new) + jnp.sum(jnp.sum(e, axis=1, keepdims=True), axis=0, keepdims=True)
+  m_ref[...] = m_new
+
+  @pl.when(t == pl.num_programs(2) - 1)
+  def _():
+    m, rest = m_ref[...], l_ref[...]
+    # log(1 + sum e^s) = m + log(e^-m + rest); log1p keeps precision when m == 0.
+    out_ref[...] = jnp.where(m > 0, m + jnp.log(jnp.exp(-m) + rest), jnp.log1p(rest))
+
+
+def _bwd_kernel(spec, transposed, a_blk_ref, b_blk_ref, *refs):
+  """Accumulates d(a) `[bs, d]` and d(a-side bias) `[bs, 1]` of the tile row block a_blk over its tiles."""
+  tile_refs, rest = _split_refs(spec, refs, transposed)
+  stats_ref, da_ref = rest[0], rest[1]
+  dbias_ref = rest[2] if len(rest) > 2 else None
+  t = pl.program_id(2)
+  a_blk = a_blk_ref[t]
+
+  @pl.when((t == 0) | (a_blk != a_blk_ref[jnp.maximum(t - 1, 0)]))
+  def _():  # first tile of this row block: tiles come sorted by it
+    da_ref[...] = jnp.zeros_like(da_ref)
+    if dbias_ref is not None:
+      dbias_ref[...] = jnp.zeros_like(dbias_ref)
+
+  s = _tile_scores(spec, a_blk, b_blk_ref[t], *tile_refs, transposed=transposed)
+  # d/ds log(1 + sum e^s) = e^(s - out); left-out cells are exp(-inf) = 0.
+  ds = jnp.exp(s - stats_ref[0, 0]) * stats_ref[0, 1]
+  b = tile_refs[1][...].astype(jnp.float32)
+  da = jax.lax.dot_general(ds, b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+  da_ref[...] += da / math.sqrt(b.shape[-1])
+  if dbias_ref is not None:
+    dbias_ref[...] += jnp.sum(ds, axis=1, keepdims=True)
+
+
+def _smem_row_spec(H, n):
+  """Row (b, h) of a `[B * H, 1, n]` array, in SMEM (scalars read one by one)."""
+  return pl.BlockSpec((None, 1, n), lambda b, h, t, ab, bb: (b * H + h, 0, 0), memory_space=pltpu.SMEM)
+
+
+def _operands(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK, *, transposed):
+  """Padded operands and their BlockSpecs. Plain: a = q (row blocks), b = k; transposed: a = k, b = q."""
+  Lp, bs = spec.padded, spec.tile
+  L = spec.length
+  pad = lambda x, axis: jnp.pad(x, [(0, Lp - L if i == axis else 0) for i in range(x.ndim)])  # noqa: E731
+  hq = (lambda h: 0) if spec.shared else (lambda h: h)  # noqa: E731
+  a_BHLD, b_BHLD = (k_BHLD, q_BHLD) if transposed else (q_BHLD, k_BHLD)
+  abias, bbias = (eb_BHL, sb_BHL) if transposed else (sb_BHL, eb_BHL)
+  d = q_BHLD.shape[-1]
+  ops = [pad(a_BHLD, 2), pad(b_BHLD, 2)]
+  specs = [pl.BlockSpec((None, None, bs, d), lambda b, h, t, ab, bb: (b, hq(h), ab[t], 0)),
+           pl.BlockSpec((None, None, bs, d), lambda b, h, t, ab, bb: (b, hq(h), bb[t], 0))]
+  # Biases and validity: the a side as columns [.., Lp, 1], the b side as rows [.., 1, Lp].
+  for bias, column in ((abias, True), (bbias, False)):
+    if bias is not None:
+      bias = pad(bias.astype(jnp.float32), 2)
+      ops.append(bias[..., None] if column else bias[:, :, None, :])
+      specs.append(pl.BlockSpec((None, None, bs, 1), lambda b, h, t, ab, bb: (b, h, ab[t], 0)) if column else
+                   pl.BlockSpec((None, None, 1, bs), lambda b, h, t, ab, bb: (b, h, 0, bb[t])))
+  valid_BL = pad(valid_BL.astype(jnp.int32), 1)
+  # Per-(b, h) SMEM rows flattened to [B * H, 1, K]: Mosaic wants the last two block dims whole (or tiled).
+  B, H, K = ids_BHK.shape
+  ops += [valid_BL[:, :, None], valid_BL[:, None, :], ids_BHK.reshape(B * H, 1, K)]
+  specs += [pl.BlockSpec((None, bs, 1), lambda b, h, t, ab, bb: (b, ab[t], 0)),
+            pl.BlockSpec((None, 1, bs), lambda b, h, t, ab, bb: (b, 0, bb[t])),
+            _smem_row_spec(H, K)]
+  return ops, specs
+
+
+def _blocks(spec, by_column):
+  tiles = spec.tiles(by_column)
+  a_blk = [c if by_column else r for r, c in tiles]
+  b_blk = [r if by_column else c for r, c in tiles]
+  return jnp.asarray(a_blk, jnp.int32), jnp.asarray(b_blk, jnp.int32), len(tiles)
+
+
+def _compiler_params(spec):
+  return None if spec.interpret else pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
+
+
+def _forward(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK):
+  B, H = ids_BHK.shape[:2]
+  ops, specs = _operands(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK, transposed=False)
+  a_blk, b_blk, T = _blocks(spec, by_column=False)
+  grid = pltpu.PrefetchScalarGridSpec(
+      num_scalar_prefetch=2, grid=(B, H, T), in_specs=specs,
+      out_specs=pl.BlockSpec((None, None, 1, _LANES), lambda b, h, t, ab, bb: (b, h, 0, 0)),
+      scratch_shapes=[pltpu.VMEM((1, _LANES), jnp.float32), pltpu.VMEM((1, _LANES), jnp.float32)],
+  )
+  out = pl.pallas_call(
+      functools.partial(_fwd_kernel, spec), grid_spec=grid,
+      out_shape=jax.ShapeDtypeStruct((B, H, 1, _LANES), jnp.float32),
+      interpret=spec.interpret, compiler_params=_compiler_params(spec), name="zlpr_neg_fwd",
+  )(a_blk, b_blk, *ops)
+  return out[:, :, 0, 0]
+
+
+def _backward_pass(spec, res, stats_BH2, *, transposed):
+  """(d(a) `[B, H, L, d]`, d(a-side bias) `[B, H, L]` | None), per type h, float32."""
+  q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK = res
+  B, H = ids_BHK.shape[:2]
+  L, d, bs = spec.length, q_BHLD.shape[-1], spec.tile
+  ops, specs = _operands(spec, *res, transposed=transposed)
+  a_blk, b_blk, T = _blocks(spec, by_column=transposed)
+  has_bias = spec.has_eb if transposed else spec.has_sb
+  out_shape = [jax.ShapeDtypeStruct((B, H, spec.padded, d), jnp.float32)]
+  out_specs = [pl.BlockSpec((None, None, bs, d), lambda b, h, t, ab, bb: (b, h, ab[t], 0))]
+  if has_bias:
+    out_shape.append(jax.ShapeDtypeStruct((B, H, spec.padded, 1), jnp.float32))
+    out_specs.append(pl.BlockSpec((None, None, bs, 1), lambda b, h, t, ab, bb: (b, h, ab[t], 0)))
+  grid = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=2, grid=(B, H, T), in_specs=specs + [_smem_row_spec(H, 2)],
+                                      out_specs=out_specs)
+  outs = pl.pallas_call(
+      functools.partial(_bwd_kernel, spec, transposed), grid_spec=grid, out_shape=out_shape,
+      interpret=spec.interpret, compiler_params=_compiler_params(spec),
+      name="zlpr_neg_bwd_dk" if transposed else "zlpr_neg_bwd_dq",
+  )(a_blk, b_blk, *ops, stats_BH2.reshape(B * H, 1, 2))
+  da_BHLD = outs[0][:, :, :L]
+  return da_BHLD, (outs[1][:, :, :L, 0] if has_bias else None)
+
+
+def _backward(spec, res, out_BH, g_BH):
+  q_BHLD, k_BHLD, sb_BHL, eb_BHL = res[:4]
+  stats_BH2 = jnp.stack([out_BH, g_BH.astype(jnp.float32)], axis=-1)
+  dq_BHLD, dsb_BHL = _backward_pass(spec, res, stats_BH2, transposed=False)
+  dk_BHLD, deb_BHL = _backward_pass(spec, res, stats_BH2, transposed=True)
+  if spec.shared:  # one q/k head for every type
+    dq_BHLD, dk_BHLD = jnp.sum(dq_BHLD, axis=1, keepdims=True), jnp.sum(dk_BHLD, axis=1, keepdims=True)
+  cast = lambda dx, x: None if x is None else dx.astype(x.dtype)  # noqa: E731
+  return cast(dq_BHLD, q_BHLD), cast(dk_BHLD, k_BHLD), cast(dsb_BHL, sb_BHL), cast(deb_BHL, eb_BHL)
+
+
+def _per_platform(fn, spec_of, *args):
+  """fn(spec, *args) with the compiled Mosaic kernel when lowered for TPU, the interpreted one elsewhere."""
+  return jax.lax.platform_dependent(
+      *args, tpu=lambda *a: fn(spec_of(True), *a), default=lambda *a: fn(spec_of(False), *a))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _neg_term(spec_of, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK):
+  return _per_platform(_forward, spec_of, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK)
+
+
+def _neg_fwd(spec_of, *res):
+  out_BH = _per_platform(_forward, spec_of, *res)
+  return out_BH, (res, out_BH)
+
+
+def _neg_bwd(spec_of, saved, g_BH):
+  res, out_BH = saved
+  grads = _per_platform(lambda spec, *a: _backward(spec, a[:-2], a[-2], a[-1]), spec_of, *res, out_BH, g_BH)
+  return (*grads, None, None)
+
+
+_neg_term.defvjp(_neg_fwd, _neg_bwd)
+
+
+@dataclasses.dataclass(frozen=True)
+class _SpecOf:
+  """Hashable `compiled -> _Spec` (a custom_vjp non-differentiable argument)."""
+
+  length: int
+  block_size: int
+  max_span_width: int | None
+  shared: bool
+  has_sb: bool
+  has_eb: bool
+
+  def __call__(self, compiled: bool) -> _Spec:
+    bs = _tile_size(self.length, self.block_size, compiled)
+    return _Spec(self.length, bs, -(-self.length // bs), self.max_span_width, self.shared, self.has_sb,
+                 self.has_eb, interpret=not compiled)
+
+
+def neg_term(q_BLHD, k_BLHD, *, span_ids_BHK, valid_BL, start_bias_BHL=None, end_bias_BHL=None,
+             max_span_width=None, block_size=128):
+  """`[B, H]` float32: log(1 + sum over valid, non-gold cells of e^s), differentiable in q, k and the biases.
+
+  q_BLHD, k_BLHD `[B, L, Hq, d]` with Hq = H or 1; span_ids_BHK int32 flat gold ids (any value outside
+  [0, L*L) is no id); valid_BL bool. Tiles are `block_size` square (TPU: rounded up to a multiple of 128)."""
+  B, L, Hq, _ = q_BLHD.shape
+  H = span_ids_BHK.shape[1]
+  ids = jnp.where((span_ids_BHK >= 0) & (span_ids_BHK < L * L), span_ids_BHK, -1).astype(jnp.int32)
+  if ids.shape[-1] == 0:  # SMEM blocks need one id at least
+    ids = jnp.full((B, H, 1), -1, jnp.int32)
+  spec_of = _SpecOf(L, block_size, max_span_width, Hq != H, start_bias_BHL is not None, end_bias_BHL is not None)
+  f32 = lambda x: None if x is None else jnp.asarray(x, jnp.float32)  # noqa: E731
+  return _neg_term(spec_of, jnp.swapaxes(q_BLHD, 1, 2), jnp.swapaxes(k_BLHD, 1, 2), f32(start_bias_BHL),
+                   f32(end_bias_BHL), valid_BL, ids)
+
+
+__all__ = ["neg_term"]
