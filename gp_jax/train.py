@@ -24,7 +24,7 @@ from gp_jax import state as state_lib
 from gp_jax.configs import base as base_config
 from gp_jax.data import batching
 from gp_jax.evaluate import LENGTH_BUCKETS, Evaluator, flat_result, model_batch
-from gp_jax.steps import make_train_step
+from gp_jax.steps import Adversarial, make_train_step
 
 log = logging.getLogger("gp_jax.train")
 
@@ -167,8 +167,8 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
         check_finite(done, metrics, mngr)
         if "dev" in splits:
           t_eval = time.time()
-          steps.last_dev = evaluate_dev(run, ts, evaluator, writer, splits["dev"], state["params"], done,
-                                        best_f1)
+          steps.last_dev = evaluate_dev(run, ts, evaluator, writer, splits["dev"], state_lib.eval_params(state),
+                                        done, best_f1)
           if steps.last_dev > best_f1:
             best_f1, patience.best_step = steps.last_dev, done
           steps.pause(time.time() - t_eval)
@@ -209,7 +209,8 @@ def final_evaluation(run: RunContext, ts: state_lib.Training, splits, evaluator:
   """Dev and test figures of the best parameters by dev F1 (the last ones when there is no dev split)."""
   out = {}
   if ts.best_mngr.latest_step() is None:  # no dev split: the final parameters are the ones to keep
-    ckpt_lib.save_params(ts.best_mngr, steps, params=ts.state["params"], config_json=run.config_json, dev_f1=-1.0)
+    ckpt_lib.save_params(ts.best_mngr, steps, params=state_lib.eval_params(ts.state), config_json=run.config_json,
+                         dev_f1=-1.0)
     ts.best_mngr.wait_until_finished()
   best_step, params = ckpt_lib.restore_params(ts.best_mngr, state_lib.abstract_params(ts.setup))
   out["best_step"] = int(best_step)
@@ -281,6 +282,15 @@ def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> d
     summary["parameters"] = ts.n_params
     summary["head_kind"] = "tagger" if factory.tag_scheme(config) else "span"
     summary["length_buckets"] = [label for label, *_ in LENGTH_BUCKETS]
+    summary["ema_decay"] = ts.setup.ema_decay
+    summary["eval_weights"] = "ema" if ts.setup.ema_decay else "params"
+    adversarial = Adversarial.from_config(config)
+    summary["adversarial"] = dataclasses.asdict(adversarial) if adversarial else None
+    if ts.setup.ema_decay:
+      log.info("EMA of the parameters (decay %g): dev/test evaluation and best/ use the EMA weights",
+               ts.setup.ema_decay)
+    if adversarial:
+      log.info("Adversarial training: %s", adversarial)
     evaluator = Evaluator(ts.setup, batch_size=config.eval_batch_size, progress=run.is_main)
     # Loop.
     summary.update(train_loop(run, ts, splits, evaluator, writer, hooks))

@@ -72,7 +72,7 @@ def load_pretrained_source(workdir) -> dict | None:
 
 
 # Config sections whose change makes a resumed run another model; where files live may differ between hosts.
-COMPARED_SECTIONS = ("model", "data", "tokenizer", "optimizer", "loss")
+COMPARED_SECTIONS = ("model", "data", "tokenizer", "optimizer", "loss", "adversarial")
 LOCATION_KEYS = ("data.manual_dir", "data.tfds_dir")
 
 

@@ -91,6 +91,13 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.optimizer.b2 = 0.98
   c.optimizer.eps = 1e-8
   c.optimizer.crf_lr_multiplier = 1.0  # crf head: the transition matrix's learning rate is this times the head's
+  c.optimizer.ema_decay = 0.0  # > 0: EMA of the parameters (e <- decay*e + (1-decay)*p per step); evaluation, best/, predict use it
+
+  c.adversarial = ml_collections.ConfigDict()  # perturbation of the word-embedding output (gp_jax/steps.py `Adversarial`)
+  c.adversarial.kind = "none"  # 'none', 'fgm' (r = epsilon*g/||g||) or 'pgd' (steps projected steps); loss = clean + adversarial
+  c.adversarial.epsilon = 1.0  # radius of r, L2 over the batch's embedding output (0 = off: the plain step)
+  c.adversarial.steps = 3  # pgd: attack steps K
+  c.adversarial.alpha = 0.3  # pgd: step size
 
   c.batch_size = 32  # global batch (split over data-parallel devices and hosts)
   c.eval_batch_size = 128  # global eval batch
