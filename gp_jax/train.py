@@ -21,6 +21,7 @@ from gp_jax import factory, runtime
 from gp_jax import reporting, storage, workdir as wd
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
+from gp_jax import threshold as threshold_lib
 from gp_jax.configs import base as base_config
 from gp_jax.data import batching
 from gp_jax.evaluate import LENGTH_BUCKETS, Evaluator, flat_result, model_batch
@@ -224,6 +225,33 @@ def final_evaluation(run: RunContext, ts: state_lib.Training, splits, evaluator:
       writer.write(steps, f"final_{split}", flat_result(result))
       log.info("final %s (best checkpoint): P %.4f R %.4f F1 %.4f", split, result["precision"], result["recall"],
                result["f1"])
+  if run.config.get("tune_threshold", False):
+    out.update(tune_threshold(run, ts, splits, evaluator, params, best_step, out))
+  return out
+
+
+def tune_threshold(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, params, best_step: int,
+                   at_zero: dict) -> dict:
+  """Span heads: the dev-best threshold of `threshold.GRID` on the best parameters, applied to test; saved to
+  workdir/threshold.json. Returns {"threshold": {...}, "dev_tuned", "test_tuned"} for results.json."""
+  if factory.tag_scheme(run.config) or "dev" not in splits:
+    why = "tagger heads decode tags, not scores" if factory.tag_scheme(run.config) else "there is no dev split"
+    log.info("tune_threshold does not apply: %s", why)
+    return {"threshold": {"applies": False, "why": why}}
+  f1s = threshold_lib.scan(evaluator, params, splits["dev"])
+  value = threshold_lib.choose(threshold_lib.GRID, f1s)
+  out = {"threshold": {"value": value, "grid": [min(threshold_lib.GRID), max(threshold_lib.GRID), 0.1],
+                       "dev_f1_by_threshold": f1s}}
+  for split in ("dev", "test"):
+    if split in splits:
+      result, _ = evaluator.evaluate(params, splits[split], desc=f"{split}@threshold", threshold=value)
+      out[f"{split}_tuned"] = dict(flat_result(result), per_record=result["per_record"])
+      out["threshold"].update({f"{split}_f1_at_0": at_zero[split]["f1"], f"{split}_f1": result["f1"]})
+      log.info("%s F1 at threshold 0: %.4f, at the dev-tuned %.1f: %.4f", split, at_zero[split]["f1"], value,
+               result["f1"])
+  if run.is_main:
+    threshold_lib.save(run.workdir, threshold=value, best_step=best_step, dev_f1=out["threshold"]["dev_f1"],
+                       dev_f1_at_0=at_zero["dev"]["f1"])
   return out
 
 

@@ -8,6 +8,7 @@
                   a resumed run compares this, not the string typed (`org/name` and `org/name@<its commit>`
                   resume each other, another commit does not). Written with the first run files, never rewritten.
   results.json    written by training: status (finished | preempted | failed), figures
+  threshold.json  `tune_threshold`: the dev-tuned decision threshold of best/ (gp_jax/threshold.py)
 """
 
 from __future__ import annotations

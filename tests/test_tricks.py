@@ -1,8 +1,11 @@
-"""Training tricks (issue 33): EMA of the parameters, FGM/PGD on the word-embedding output.
+"""Training tricks (issue 33): EMA of the parameters, FGM/PGD on the word-embedding output, the dev-tuned threshold.
 
 References are NumPy: the EMA recurrence, r = epsilon * g / ||g|| and the PGD loop with its projection, where g
 comes from a separate jax.grad of the model's loss w.r.t. the embedding delta, itself checked against a central
 finite difference."""
+
+import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +17,7 @@ from flax import nnx
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax import steps
+from gp_jax import threshold as threshold_lib
 from gp_jax.optim import make_optimizer
 from tests import helpers_train as ht
 
@@ -222,3 +226,59 @@ def test_bert_delta_enters_before_position_type_and_layernorm():
   np.testing.assert_allclose(np.asarray(bert(ids, mask, embed_delta=delta)), np.asarray(want), rtol=1e-5,
                              atol=1e-5)
 
+
+# ----------------------------------------------------------------------------- threshold
+
+
+def test_choose_takes_the_best_f1_and_the_value_nearest_zero_among_ties():
+  grid = (-0.2, -0.1, 0.0, 0.1, 0.2)
+  assert threshold_lib.choose(grid, [0.5, 0.6, 0.55, 0.6, 0.1]) == -0.1
+  assert threshold_lib.choose(grid, [0.5, 0.6, 0.6, 0.6, 0.1]) == 0.0
+  assert threshold_lib.choose(grid, [0.1, 0.2, 0.3, 0.4, 0.5]) == 0.2
+  assert 0.0 in threshold_lib.GRID and len(threshold_lib.GRID) == 41
+
+
+def test_tuned_threshold_and_ema_weights_in_a_run(tmp_path):
+  """A run with EMA and tune_threshold: best/ holds the EMA weights; the scan's F1 at 0 and at the chosen value
+  equal real decodes at those thresholds; threshold.json is what `tuned_threshold` returns while best/ holds
+  that step."""
+  from gp_jax import checkpoint as ckpt_lib
+  from gp_jax import train
+
+  steps_n = 40
+  config = ht.tiny_config(num_train_steps=steps_n, eval_every_steps=steps_n, checkpoint_every_steps=steps_n,
+                          tune_threshold=True, **{"optimizer.lr": 1e-2, "optimizer.ema_decay": 0.9})
+  summary = train.train_and_evaluate(config, str(tmp_path))
+  assert summary["status"] == "finished" and summary["eval_weights"] == "ema" and summary["ema_decay"] == 0.9
+  _, best = ht.restore_state(str(tmp_path), sub="best")
+  _, state = ht.restore_state(str(tmp_path))
+  _assert_trees_equal(best, state["ema"])
+  assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(best), jax.tree.leaves(state["params"])))
+
+  th = summary["threshold"]
+  grid = list(threshold_lib.GRID)
+  curve = th["dev_f1_by_threshold"]
+  assert len(curve) == len(grid) and th["value"] in grid
+  assert curve[grid.index(0.0)] == th["dev_f1_at_0"] == summary["dev"]["f1"]
+  assert curve[grid.index(th["value"])] == th["dev_f1"] == summary["dev_tuned"]["f1"] == max(curve)
+  assert th["test_f1_at_0"] == summary["test"]["f1"] and th["test_f1"] == summary["test_tuned"]["f1"]
+  with open(os.path.join(tmp_path, "results.json")) as f:
+    assert json.load(f)["threshold"]["value"] == th["value"]
+  assert threshold_lib.tuned_threshold(str(tmp_path)) == th["value"]
+
+  # best/ moves to another step: the saved threshold is stale.
+  mngr = ckpt_lib.make_manager(os.path.join(tmp_path, "best"), keep=1, best=True)
+  ckpt_lib.save_params(mngr, steps_n + 1, params=best, config_json=json.dumps(config.to_dict()), dev_f1=1.0)
+  mngr.wait_until_finished()
+  mngr.close()
+  assert threshold_lib.tuned_threshold(str(tmp_path)) is None
+  assert threshold_lib.tuned_threshold(str(tmp_path / "nowhere")) is None
+
+
+def test_tune_threshold_does_not_apply_to_taggers(tmp_path):
+  from gp_jax import train
+
+  config = ht.tiny_config(num_train_steps=4, tune_threshold=True, **{"model.head": "softmax"})
+  summary = train.train_and_evaluate(config, str(tmp_path))
+  assert summary["threshold"]["applies"] is False and "tagger" in summary["threshold"]["why"]
+  assert "dev_tuned" not in summary and threshold_lib.tuned_threshold(str(tmp_path)) is None

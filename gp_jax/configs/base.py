@@ -105,6 +105,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.num_train_steps = 0  # > 0 overrides num_epochs
   c.log_every_steps = 100  # train metrics to JSON lines / TensorBoard
   c.eval_every_steps = 0  # dev evaluation interval (0 = once per epoch)
+  c.tune_threshold = False  # span heads, after training: pick the decision threshold on dev (gp_jax/threshold.py)
   c.early_stop_patience = 0  # stop when dev F1 has not improved for this many epochs (0 = off)
   c.checkpoint_every_steps = 500  # resume checkpoints
   c.keep_checkpoints = 2  # resume checkpoints kept (the best-by-dev-F1 one is kept apart)
