@@ -31,10 +31,11 @@ def data():
   return tokenizer, types, batches
 
 
-def _run(config, data, n: int):
-  """(initial params, [params after each step], final state, [metrics]) of `n` jitted steps, as numpy."""
+def _run(config, data, n: int, *, fsdp: int = 1, shardings: dict | None = None):
+  """(initial params, [params after each step], final state, [metrics]) of `n` jitted steps, as numpy.
+  `shardings`, when given, receives the final state's shardings."""
   tokenizer, types, batches = data
-  mesh = shd.make_mesh(-1, 1)
+  mesh = shd.make_mesh(-1, fsdp)
   setup, params = state_lib.init_model(config, tokenizer, types, mesh)
   tx, _ = make_optimizer(config.optimizer, 100, params)
   state = state_lib.init_train_state(setup, params, tx, seed=config.seed)
@@ -45,6 +46,8 @@ def _run(config, data, n: int):
     state, m = step_fn(state, shd.global_batch(batch, mesh))
     after.append(jax.tree.map(np.asarray, state["params"]))
     metrics.append(jax.tree.map(np.asarray, m))
+  if shardings is not None:
+    shardings.update(jax.tree.map(lambda x: x.sharding, state))
   return init, after, jax.tree.map(np.asarray, state), metrics
 
 
@@ -165,6 +168,19 @@ def test_adversarial_step_is_clean_plus_adversarial_in_one_update(data):
   np.testing.assert_allclose(metrics[0]["adv_loss"], float(loss(params, r)), rtol=1e-5)
   for k, v in ht.flat(want).items():
     np.testing.assert_allclose(ht.flat(after[0])[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_ema_and_fgm_under_fsdp_shard_like_the_parameters(data):
+  """On a data x fsdp mesh the EMA has the parameters' shardings and the step computes what one device does."""
+  config = ht.tiny_config(**NO_DROPOUT, **{"optimizer.ema_decay": 0.9, "adversarial.kind": "fgm"})
+  shardings = {}
+  _, _, sharded, _ = _run(config, data, 2, fsdp=2, shardings=shardings)
+  assert jax.tree.structure(shardings["ema"]) == jax.tree.structure(shardings["params"])
+  assert jax.tree.leaves(shardings["ema"]) == jax.tree.leaves(shardings["params"])
+  assert any("fsdp" in str(s.spec) for s in jax.tree.leaves(shardings["ema"]))
+  _, _, single, _ = _run(config, data, 2)
+  for k, v in ht.flat(single).items():
+    np.testing.assert_allclose(ht.flat(sharded)[k], v, rtol=1e-4, atol=1e-6, err_msg=k)
 
 
 def test_epsilon_zero_is_exactly_the_plain_step(data):
