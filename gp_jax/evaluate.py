@@ -39,24 +39,25 @@ class Evaluator:
     self.progress = progress
     self.decoder = HitDecoder(setup, batch_size=batch_size)
 
-  def hits(self, params, prepared, *, desc: str = "eval") -> dict[str, np.ndarray]:
-    """Hit columns {"window", "start", "end", "type", "score"} over every window of `prepared`."""
+  def hits(self, params, prepared, *, desc: str = "eval", threshold: float = 0.0) -> dict[str, np.ndarray]:
+    """Hit columns {"window", "start", "end", "type", "score"} over every window of `prepared` (span heads: cells
+    with score > threshold)."""
     s = self.setup
     batches = batching.eval_batches(prepared, batch_size=self.batch_size, buckets=s.config.data.buckets,
                                     process_index=jax.process_index(), process_count=jax.process_count())
     self.decoder.name = desc
-    return merge.concat_hits([self.decoder(params, shd.global_batch(model_batch(batch), s.mesh))
+    return merge.concat_hits([self.decoder(params, shd.global_batch(model_batch(batch), s.mesh), threshold)
                               for batch in reporting.progress(batches, total=len(batches), desc=desc,
                                                               enabled=self.progress)])
 
-  def predict(self, params, prepared, *, desc: str = "predict"):
+  def predict(self, params, prepared, *, desc: str = "predict", threshold: float = 0.0):
     """Per record, entity dicts {"start", "end", "type", "score"} (char offsets)."""
-    return merge.merge_predictions(prepared, self.hits(params, prepared, desc=desc))
+    return merge.merge_predictions(prepared, self.hits(params, prepared, desc=desc, threshold=threshold))
 
-  def evaluate(self, params, prepared, *, desc: str = "eval"):
+  def evaluate(self, params, prepared, *, desc: str = "eval", threshold: float = 0.0):
     """(result, merged): `span_prf` over whole documents plus `by_length` and `per_record` counts, and the merged
     predictions."""
-    merged = self.predict(params, prepared, desc=desc)
+    merged = self.predict(params, prepared, desc=desc, threshold=threshold)
     pred, gold = merge.prediction_spans(merged), merge.gold_spans(prepared)
     result = span_prf(pred, gold)
     result["by_length"] = by_length(prepared, pred, gold)

@@ -43,6 +43,14 @@ class Setup:
   def block_size(self):
     return int(self.config.loss.block_size) or None
 
+  @property
+  def ema_decay(self) -> float:
+    """`optimizer.ema_decay`: > 0 keeps state["ema"], the weights evaluation and best/ use; 0 = off."""
+    decay = float(self.config.optimizer.get("ema_decay", 0.0))
+    if not 0.0 <= decay < 1.0:
+      raise ValueError(f"optimizer.ema_decay must be in [0, 1), got {decay}")
+    return decay
+
 
 def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_config=None):
   """Returns (Setup, params). `load_weights=False` skips pretrained weights (they will be restored)."""
@@ -84,10 +92,13 @@ def abstract_params(setup: Setup):
 
 
 def state_shardings(setup: Setup, tx):
-  """Shardings of the train state {params, opt_state, step, rng}."""
+  """Shardings of the train state {params, opt_state, step, rng} (+ ema, sharded like params)."""
   repl = shd.replicated(setup.mesh)
   opt_shard = shd.tree_shardings(setup.mesh, jax.eval_shape(tx.init, setup.abstract_params))
-  return {"params": setup.param_shardings, "opt_state": opt_shard, "step": repl, "rng": repl}
+  out = {"params": setup.param_shardings, "opt_state": opt_shard, "step": repl, "rng": repl}
+  if setup.ema_decay:
+    out["ema"] = setup.param_shardings
+  return out
 
 
 def abstract_state(setup: Setup, tx):
@@ -98,17 +109,26 @@ def abstract_state(setup: Setup, tx):
       "step": jax.ShapeDtypeStruct((), jnp.int32),
       "rng": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))),
   }
+  if setup.ema_decay:
+    shapes["ema"] = setup.abstract_params
   return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes,
                       state_shardings(setup, tx))
 
 
 def init_train_state(setup: Setup, params, tx, *, seed: int):
-  """{params, opt_state, step, rng} placed with `state_shardings`."""
+  """{params, opt_state, step, rng} (+ ema: a copy of params) placed with `state_shardings`."""
   shardings = state_shardings(setup, tx)
   opt_state = jax.jit(tx.init, out_shardings=shardings["opt_state"])(params)
   rng = jax.random.key_data(jax.random.key(seed))
   state = {"params": params, "opt_state": opt_state, "step": jnp.zeros((), jnp.int32), "rng": rng}
+  if setup.ema_decay:  # own buffers: the step donates both
+    state["ema"] = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=shardings["ema"])(params)
   return jax.device_put(state, shardings)
+
+
+def eval_params(state):
+  """The weights dev/test evaluation and best/ use: the EMA when the state keeps one, else the parameters."""
+  return state["ema"] if "ema" in state else state["params"]
 
 
 @dataclasses.dataclass
@@ -158,6 +178,6 @@ def build_training(run, splits, tokenizer, types) -> Training:
   elif config.init_from:
     src = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(config.init_from), keep=1)
     src_step, src_params = ckpt_lib.restore_params(src, abstract_params(setup))
-    state = dict(state, params=src_params)
+    state = init_train_state(setup, src_params, tx, seed=config.seed)  # ema (if on) starts from them too
     log.info("Initialised parameters from %s (step %d)", src.directory, src_step)
   return Training(setup, state, tx, lr_schedule, train_it, int(start_step), total_steps, mngr, best_mngr, n_params)

@@ -3,10 +3,18 @@ only place the eval step is (`HitDecoder` wraps it with a growing hit buffer). T
 
 The step bodies are pure functions of (state, batch) with the model's graph and non-parameter variables
 bound by `functools.partial`; `setup` is a `state.Setup` (graphdef, rest, mesh, shardings).
+
+Two training tricks live in the train step, both read from the config by `make_train_step`:
+- EMA (`optimizer.ema_decay` > 0): after the update, state["ema"] <- decay * ema + (1 - decay) * params
+  (initialised to the starting parameters, no bias correction, as the public PyTorch `EMA` class).
+- Adversarial training (`adversarial.*`, `Adversarial`): a perturbation r of the word-embedding output
+  (`batch["embed_delta"]`, see `models.ner.NerModel.encode`), the adversarial loss at r added to the clean loss,
+  one optimizer update. Norms are L2 over the whole global batch's [B, L, E] tensor (one number per batch).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 
@@ -23,8 +31,88 @@ from gp_jax.data import merge
 log = logging.getLogger(__name__)
 
 
-def train_step(state, batch, *, graphdef, rest, tx, loss_kind, block_size=None, step_transform=None):
-  """One optimizer step; `state` = {params, opt_state, step, rng}. Pure: jit it (`make_train_step`).
+ADVERSARIAL_KINDS = ("none", "fgm", "pgd")
+
+
+@dataclasses.dataclass(frozen=True)
+class Adversarial:
+  """Adversarial training on the word-embedding output (config group `adversarial`).
+
+  fgm: r = epsilon * g / ||g||, g the clean loss's gradient w.r.t. the embedding output (Miyato et al. 2017).
+  pgd: r_0 = 0, r_t = Proj(r_{t-1} + alpha * g_{t-1} / ||g_{t-1}||) for t = 1..steps, g_0 the clean gradient and
+       g_t the gradient at r_t; Proj scales r back onto ||r|| <= epsilon when it leaves the ball (Madry et al.
+       2018, the `PGD` class of the public GlobalPointer/BERT competition code: K attack steps, loss at r_K).
+  ||.|| is the L2 norm over the whole batch's embedding output; a zero gradient gives a zero step.
+  The adversarial passes see the clean pass's dropout masks. Costs 2 forward/backward passes (fgm) or
+  steps + 1 (pgd; the steps - 1 inner ones take gradients w.r.t. the embedding output only)."""
+
+  kind: str  # "fgm" | "pgd"
+  epsilon: float  # radius: ||r|| = epsilon (fgm), <= epsilon (pgd)
+  steps: int = 1  # pgd: K
+  alpha: float = 0.0  # pgd: step size
+
+  @classmethod
+  def from_config(cls, config) -> Adversarial | None:
+    """None when off: kind "none" or epsilon 0 (then the step is exactly the plain step)."""
+    adv = config.get("adversarial")
+    if adv is None:
+      return None
+    if adv.kind not in ADVERSARIAL_KINDS:
+      raise ValueError(f"adversarial.kind must be one of {ADVERSARIAL_KINDS}, got {adv.kind!r}")
+    if adv.kind == "none" or float(adv.epsilon) == 0.0:
+      return None
+    if float(adv.epsilon) < 0 or (adv.kind == "pgd" and (int(adv.steps) < 1 or float(adv.alpha) <= 0)):
+      raise ValueError(f"adversarial: epsilon must be >= 0, and pgd needs steps >= 1 and alpha > 0; got {dict(adv)}")
+    return cls(adv.kind, float(adv.epsilon), int(adv.steps), float(adv.alpha))
+
+
+def _l2(x):
+  return jnp.sqrt(jnp.sum(jnp.square(x.astype(jnp.float32))))
+
+
+def _scaled_unit(g, scale: float):
+  """scale * g / ||g||, zeros when g is all zero."""
+  norm = _l2(g)
+  return jnp.where(norm > 0, scale * g / jnp.where(norm > 0, norm, 1.0), 0.0)
+
+
+def _project(r, epsilon: float):
+  """r scaled back to norm epsilon when ||r|| > epsilon, else r unchanged."""
+  norm = _l2(r)
+  return jnp.where(norm > epsilon, epsilon * r / jnp.where(norm > 0, norm, 1.0), r)
+
+
+def perturbation(g, adv: Adversarial, delta_grad):
+  """r of `adv` from the clean gradient `g`; `delta_grad(r)` is the loss's gradient w.r.t. the delta at r (pgd)."""
+  if adv.kind == "fgm":
+    return _scaled_unit(g, adv.epsilon)
+  r = jnp.zeros_like(g)
+  for t in range(adv.steps):
+    if t:
+      g = delta_grad(r)
+    r = _project(r + _scaled_unit(g, adv.alpha), adv.epsilon)
+  return r
+
+
+def adversarial_grads(loss_fn, params, delta0, adv: Adversarial):
+  """`loss_fn(params, embed_delta)` -> (clean loss, adversarial loss, clean + adversarial parameter gradients, r);
+  `delta0` zeros of the embedding output's shape (and sharding)."""
+  loss, (grads, g) = jax.value_and_grad(loss_fn, argnums=(0, 1))(params, delta0)
+  delta_grad = jax.grad(loss_fn, argnums=1)
+  r = jax.lax.stop_gradient(perturbation(g, adv, lambda r: delta_grad(params, r)))
+  adv_loss, adv_grads = jax.value_and_grad(loss_fn)(params, r)
+  return loss, adv_loss, jax.tree.map(jnp.add, grads, adv_grads), r
+
+
+def ema_update(ema, params, decay: float):
+  """decay * ema + (1 - decay) * params, leaf by leaf."""
+  return jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, ema, params)
+
+
+def train_step(state, batch, *, graphdef, rest, tx, loss_kind, block_size=None, step_transform=None,
+               ema_decay: float = 0.0, adversarial: Adversarial | None = None, delta_sharding=None):
+  """One optimizer step; `state` = {params, opt_state, step, rng} (+ ema when `ema_decay`). Pure: jit it
+  (`make_train_step`). With `adversarial`, loss = clean + adversarial loss (metrics["adv_loss"] the latter).
 
   metrics["finite"] is False when the loss or the gradient norm is not finite (an inf gradient gives NaN
   parameters with a finite loss; finite gradients keep AdamW's update finite, so the parameters are not read
@@ -35,13 +123,22 @@ def train_step(state, batch, *, graphdef, rest, tx, loss_kind, block_size=None, 
   nnx.reseed(seeded, dropout=dropout_key)
   rest = nnx.split(seeded, nnx.Param, ...)[2]
 
-  def loss_fn(params):
+  def loss_fn(params, embed_delta=None):
     # copy=True: fresh Variables in this trace (the RNG counters dropout advances were made outside it).
     model = nnx.merge(graphdef, nnx.State(params), rest, copy=True)
     model.train()
-    return model.loss(batch, loss_kind=loss_kind, block_size=block_size)
+    inputs = batch if embed_delta is None else dict(batch, embed_delta=embed_delta)
+    return model.loss(inputs, loss_kind=loss_kind, block_size=block_size)
 
-  loss, grads = jax.value_and_grad(loss_fn)(state["params"])
+  extra = {}
+  if adversarial is None:
+    loss, grads = jax.value_and_grad(loss_fn)(state["params"])
+  else:
+    delta0_BLE = jnp.zeros(batch["attention_mask"].shape + (seeded.encoder.embed_width,), jnp.float32)
+    if delta_sharding is not None:
+      delta0_BLE = jax.lax.with_sharding_constraint(delta0_BLE, delta_sharding)
+    clean, adv_loss, grads, _ = adversarial_grads(loss_fn, state["params"], delta0_BLE, adversarial)
+    loss, extra = clean + adv_loss, {"adv_loss": adv_loss}
   if step_transform is not None:
     loss, grads = step_transform(loss, grads, state["step"])
   updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
@@ -49,17 +146,22 @@ def train_step(state, batch, *, graphdef, rest, tx, loss_kind, block_size=None, 
   grad_norm = optax.global_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   new_state = dict(state, params=params, opt_state=opt_state, step=state["step"] + 1)
-  return new_state, {"loss": loss, "grad_norm": grad_norm, "finite": finite}
+  if ema_decay:
+    new_state["ema"] = ema_update(state["ema"], params, ema_decay)
+  return new_state, {"loss": loss, "grad_norm": grad_norm, "finite": finite, **extra}
 
 
 def make_train_step(setup, tx, *, loss_kind: str, step_transform=None, donate: bool = True):
   """`train_step` jitted with the state's shardings: (state, global batch) -> (state, metrics).
 
+  EMA and adversarial training follow the setup's config (`setup.ema_decay`, `Adversarial.from_config`).
   The state is donated (its buffers are reused for the new state) unless `donate=False`.
   `step_transform(loss, grads, step) -> (loss, grads)` is traced inside the step, before the update."""
   state_shard = state_lib.state_shardings(setup, tx)
   fn = functools.partial(train_step, graphdef=setup.graphdef, rest=setup.rest, tx=tx, loss_kind=loss_kind,
-                         block_size=setup.block_size, step_transform=step_transform)
+                         block_size=setup.block_size, step_transform=step_transform, ema_decay=setup.ema_decay,
+                         adversarial=Adversarial.from_config(setup.config),
+                         delta_sharding=shd.batch_sharding(setup.mesh, 3))
   return jax.jit(fn, in_shardings=(state_shard, None), out_shardings=(state_shard, shd.replicated(setup.mesh)),
                  donate_argnums=0 if donate else ())
 

@@ -21,10 +21,11 @@ from gp_jax import factory, runtime
 from gp_jax import reporting, storage, workdir as wd
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
+from gp_jax import threshold as threshold_lib
 from gp_jax.configs import base as base_config
 from gp_jax.data import batching
 from gp_jax.evaluate import LENGTH_BUCKETS, Evaluator, flat_result, model_batch
-from gp_jax.steps import make_train_step
+from gp_jax.steps import Adversarial, make_train_step
 
 log = logging.getLogger("gp_jax.train")
 
@@ -167,8 +168,8 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
         check_finite(done, metrics, mngr)
         if "dev" in splits:
           t_eval = time.time()
-          steps.last_dev = evaluate_dev(run, ts, evaluator, writer, splits["dev"], state["params"], done,
-                                        best_f1)
+          steps.last_dev = evaluate_dev(run, ts, evaluator, writer, splits["dev"], state_lib.eval_params(state),
+                                        done, best_f1)
           if steps.last_dev > best_f1:
             best_f1, patience.best_step = steps.last_dev, done
           steps.pause(time.time() - t_eval)
@@ -209,7 +210,8 @@ def final_evaluation(run: RunContext, ts: state_lib.Training, splits, evaluator:
   """Dev and test figures of the best parameters by dev F1 (the last ones when there is no dev split)."""
   out = {}
   if ts.best_mngr.latest_step() is None:  # no dev split: the final parameters are the ones to keep
-    ckpt_lib.save_params(ts.best_mngr, steps, params=ts.state["params"], config_json=run.config_json, dev_f1=-1.0)
+    ckpt_lib.save_params(ts.best_mngr, steps, params=state_lib.eval_params(ts.state), config_json=run.config_json,
+                         dev_f1=-1.0)
     ts.best_mngr.wait_until_finished()
   best_step, params = ckpt_lib.restore_params(ts.best_mngr, state_lib.abstract_params(ts.setup))
   out["best_step"] = int(best_step)
@@ -223,6 +225,33 @@ def final_evaluation(run: RunContext, ts: state_lib.Training, splits, evaluator:
       writer.write(steps, f"final_{split}", flat_result(result))
       log.info("final %s (best checkpoint): P %.4f R %.4f F1 %.4f", split, result["precision"], result["recall"],
                result["f1"])
+  if run.config.get("tune_threshold", False):
+    out.update(tune_threshold(run, ts, splits, evaluator, params, best_step, out))
+  return out
+
+
+def tune_threshold(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, params, best_step: int,
+                   at_zero: dict) -> dict:
+  """Span heads: the dev-best threshold of `threshold.GRID` on the best parameters, applied to test; saved to
+  workdir/threshold.json. Returns {"threshold": {...}, "dev_tuned", "test_tuned"} for results.json."""
+  if factory.tag_scheme(run.config) or "dev" not in splits:
+    why = "tagger heads decode tags, not scores" if factory.tag_scheme(run.config) else "there is no dev split"
+    log.info("tune_threshold does not apply: %s", why)
+    return {"threshold": {"applies": False, "why": why}}
+  f1s = threshold_lib.scan(evaluator, params, splits["dev"])
+  value = threshold_lib.choose(threshold_lib.GRID, f1s)
+  out = {"threshold": {"value": value, "grid": [min(threshold_lib.GRID), max(threshold_lib.GRID), 0.1],
+                       "dev_f1_by_threshold": f1s}}
+  for split in ("dev", "test"):
+    if split in splits:
+      result, _ = evaluator.evaluate(params, splits[split], desc=f"{split}@threshold", threshold=value)
+      out[f"{split}_tuned"] = dict(flat_result(result), per_record=result["per_record"])
+      out["threshold"].update({f"{split}_f1_at_0": at_zero[split]["f1"], f"{split}_f1": result["f1"]})
+      log.info("%s F1 at threshold 0: %.4f, at the dev-tuned %.1f: %.4f", split, at_zero[split]["f1"], value,
+               result["f1"])
+  if run.is_main:
+    threshold_lib.save(run.workdir, threshold=value, best_step=best_step, dev_f1=out["threshold"]["dev_f1"],
+                       dev_f1_at_0=at_zero["dev"]["f1"])
   return out
 
 
@@ -281,6 +310,15 @@ def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> d
     summary["parameters"] = ts.n_params
     summary["head_kind"] = "tagger" if factory.tag_scheme(config) else "span"
     summary["length_buckets"] = [label for label, *_ in LENGTH_BUCKETS]
+    summary["ema_decay"] = ts.setup.ema_decay
+    summary["eval_weights"] = "ema" if ts.setup.ema_decay else "params"
+    adversarial = Adversarial.from_config(config)
+    summary["adversarial"] = dataclasses.asdict(adversarial) if adversarial else None
+    if ts.setup.ema_decay:
+      log.info("EMA of the parameters (decay %g): dev/test evaluation and best/ use the EMA weights",
+               ts.setup.ema_decay)
+    if adversarial:
+      log.info("Adversarial training: %s", adversarial)
     evaluator = Evaluator(ts.setup, batch_size=config.eval_batch_size, progress=run.is_main)
     # Loop.
     summary.update(train_loop(run, ts, splits, evaluator, writer, hooks))

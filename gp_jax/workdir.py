@@ -8,6 +8,7 @@
                   a resumed run compares this, not the string typed (`org/name` and `org/name@<its commit>`
                   resume each other, another commit does not). Written with the first run files, never rewritten.
   results.json    written by training: status (finished | preempted | failed), figures
+  threshold.json  `tune_threshold`: the dev-tuned decision threshold of best/ (gp_jax/threshold.py)
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def load_pretrained_source(workdir) -> dict | None:
 
 
 # Config sections whose change makes a resumed run another model; where files live may differ between hosts.
-COMPARED_SECTIONS = ("model", "data", "tokenizer", "optimizer", "loss")
+COMPARED_SECTIONS = ("model", "data", "tokenizer", "optimizer", "loss", "adversarial")
 LOCATION_KEYS = ("data.manual_dir", "data.tfds_dir")
 
 

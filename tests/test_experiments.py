@@ -20,7 +20,7 @@ CASES = [("msra_scratch", "", "msra"), ("rope_ablation", "", "msra"), ("rope_abl
          ("germeval_minilm", "", "germeval2014"), ("nested_study", "", "germeval2014"), ("synthetic", "", "synthetic"),
          ("rope_ablation", "dataset=people_daily", "people_daily"), ("su2022", "", "cluener2020"),
          ("su2022", "dataset=cmeee", "cmeee"), ("su2022", "dataset=people_daily,head=crf", "people_daily"),
-         ("people_daily_study", "", "people_daily")]
+         ("people_daily_study", "", "people_daily"), ("tricks", "", "msra"), ("tricks", "dataset=cluener2020", "cluener2020")]
 
 
 def test_every_experiment_is_covered():
@@ -67,6 +67,18 @@ def test_people_daily_study_trains_on_test_and_reports_dev():
   for max_len in (579, 128):
     arm = [r for r in runs if dict(r.overrides)["config.data.max_len"] == max_len]
     assert len(arm) == 15 and sum("head=crf" in r.name for r in arm) == 3
+
+
+def test_tricks_sweeps_five_cells_of_three_seeds():
+  path = os.path.join(ht.REPO, "experiments", "tricks.py")
+  config = sweep.load_module(path).get_config(None)
+  assert (config.model.head, config.model.use_rope, config.tune_threshold) == ("standard", True, True)
+  runs = sweep.expand(path, "runs")
+  assert len({r.name for r in runs}) == len(runs) == 15
+  overrides = [dict(r.overrides) for r in runs]
+  cells = [(o["config.optimizer.ema_decay"], o["config.adversarial.kind"]) for o in overrides]
+  assert len(set(cells)) == 5 and all(cells.count(c) == 3 for c in set(cells))
+  assert [o["config.seed"] for o in overrides] == [s for s in (0, 1, 2) for _ in range(5)]  # seed-major
 
 
 @pytest.mark.e2e

@@ -92,6 +92,13 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.optimizer.b2 = 0.98
   c.optimizer.eps = 1e-8
   c.optimizer.crf_lr_multiplier = 1.0  # crf head: the transition matrix's learning rate is this times the head's
+  c.optimizer.ema_decay = 0.0  # > 0: EMA of the parameters (e <- decay*e + (1-decay)*p per step); evaluation, best/, predict use it
+
+  c.adversarial = ml_collections.ConfigDict()  # perturbation of the word-embedding output (gp_jax/steps.py `Adversarial`)
+  c.adversarial.kind = "none"  # 'none', 'fgm' (r = epsilon*g/||g||) or 'pgd' (steps projected steps); loss = clean + adversarial
+  c.adversarial.epsilon = 1.0  # radius of r, L2 over the batch's embedding output (0 = off: the plain step)
+  c.adversarial.steps = 3  # pgd: attack steps K
+  c.adversarial.alpha = 0.3  # pgd: step size
 
   c.batch_size = 32  # global batch (split over data-parallel devices and hosts)
   c.eval_batch_size = 128  # global eval batch
@@ -99,6 +106,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.num_train_steps = 0  # > 0 overrides num_epochs
   c.log_every_steps = 100  # train metrics to JSON lines / TensorBoard
   c.eval_every_steps = 0  # dev evaluation interval (0 = once per epoch)
+  c.tune_threshold = False  # span heads, after training: pick the decision threshold on dev (gp_jax/threshold.py)
   c.early_stop_patience = 0  # stop when dev F1 has not improved for this many epochs (0 = off)
   c.checkpoint_every_steps = 500  # resume checkpoints
   c.keep_checkpoints = 2  # resume checkpoints kept (the best-by-dev-F1 one is kept apart)

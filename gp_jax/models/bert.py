@@ -142,6 +142,7 @@ class Bert(nnx.Module):
   def __init__(self, config: BertConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
     self.config = config
     self.hidden_size = config.hidden_size
+    self.embed_width = config.hidden_size  # the word embeddings `embed_delta` is added to
     self.dtype = dtype
     init = nnx.initializers.normal(0.02)
     embed = lambda n: nnx.Embed(n, config.hidden_size, dtype=dtype, param_dtype=param_dtype,
@@ -168,11 +169,17 @@ class Bert(nnx.Module):
     return jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
-               token_type_ids: jax.Array | None = None) -> jax.Array:
-    """input_ids, attention_mask (1 = real token), token_type_ids: int [B, L] -> [B, L, D]."""
+               token_type_ids: jax.Array | None = None, embed_delta: jax.Array | None = None) -> jax.Array:
+    """input_ids, attention_mask (1 = real token), token_type_ids: int [B, L] -> [B, L, D].
+
+    `embed_delta` [B, L, D] is added to the word embeddings, before position/type embeddings and LayerNorm
+    (adversarial training)."""
     if token_type_ids is None:
       token_type_ids = jnp.zeros_like(input_ids)
-    x_BLD = (self.word_embeddings(input_ids)
+    word_BLD = self.word_embeddings(input_ids)
+    if embed_delta is not None:
+      word_BLD = word_BLD + embed_delta.astype(word_BLD.dtype)
+    x_BLD = (word_BLD
              + self.position_embeddings(self.position_ids(input_ids))
              + self.token_type_embeddings(token_type_ids))
     x_BLD = dropout(self.embeddings_dropout, self.embeddings_norm(x_BLD))

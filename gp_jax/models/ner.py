@@ -28,9 +28,13 @@ class NerModel(nnx.Module):
     self._encoder_takes_positions = "positions" in params
 
   def encode(self, batch):
+    """batch["embed_delta"] (optional, [B, L, encoder.embed_width]) is added to the encoder's word-embedding
+    output (adversarial training, `gp_jax.steps`)."""
     kwargs = {name: batch[name] for name in self.feature_names}
     if self._encoder_takes_positions:
       kwargs["positions"] = batch["positions"]
+    if "embed_delta" in batch:
+      kwargs["embed_delta"] = batch["embed_delta"]
     return self.encoder(attention_mask=batch["attention_mask"], **kwargs)
 
   def __call__(self, batch):

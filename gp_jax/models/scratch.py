@@ -154,6 +154,7 @@ class ScratchEncoder(nnx.Module):
         else None
     )
     width = config.embed_dim + (config.bigram_dim if config.bigram_vocab_size else 0)
+    self.embed_width = width  # the embedding output `embed_delta` is added to
     self.embed_dropout = nnx.Dropout(config.embed_dropout, rngs=rngs)
     self.in_proj = linear(width, config.hidden_size, dtype=dtype, rngs=rngs)
     self.convs = nnx.List(
@@ -162,8 +163,11 @@ class ScratchEncoder(nnx.Module):
     self.attns = nnx.List([AttnBlock(config, dtype=dtype, rngs=rngs) for _ in range(config.num_attn_layers)])
     self.final_norm = nnx.LayerNorm(config.hidden_size, dtype=dtype, rngs=rngs)
 
-  def __call__(self, input_ids, attention_mask, bigram_ids=None, positions=None):
-    """input_ids, attention_mask, bigram_ids, positions: [B, L] -> hidden [B, L, hidden_size]."""
+  def __call__(self, input_ids, attention_mask, bigram_ids=None, positions=None, embed_delta=None):
+    """input_ids, attention_mask, bigram_ids, positions: [B, L] -> hidden [B, L, hidden_size].
+
+    `embed_delta` [B, L, embed_width] is added to the concatenated char (+ bigram) embeddings (adversarial
+    training)."""
     if self.bigram_embed is not None and bigram_ids is None:
       raise ValueError("this encoder was built with bigram embeddings: pass bigram_ids")
     mask_BL = jnp.asarray(attention_mask)
@@ -171,6 +175,8 @@ class ScratchEncoder(nnx.Module):
     e_BLE = self.embed(input_ids)
     if self.bigram_embed is not None:
       e_BLE = jnp.concatenate([e_BLE, self.bigram_embed(bigram_ids)], axis=-1)
+    if embed_delta is not None:
+      e_BLE = e_BLE + embed_delta.astype(e_BLE.dtype)
     x_BLD = self.in_proj(self.embed_dropout(e_BLE))
     for conv in self.convs:
       x_BLD = conv(x_BLD, mask_BL1)
