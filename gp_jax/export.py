@@ -140,11 +140,13 @@ def export_workdir(workdir, out, *, fmt: str = "stablehlo", platforms=None, hit_
 
   p = predict.Predictor(workdir)
   return export_model(p.setup, p.params, out, fmt=fmt, platforms=platforms, hit_buffer=hit_buffer,
-                      batch_size=batch_size, extra={"step": int(p.step), "source_workdir": os.fspath(workdir)})
+                      batch_size=batch_size, threshold=p.threshold,
+                      extra={"step": int(p.step), "source_workdir": os.fspath(workdir)})
 
 
 def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
-                 hit_buffer: int = DEFAULT_HIT_BUFFER, batch_size: int = 0, extra: dict | None = None) -> dict:
+                 hit_buffer: int = DEFAULT_HIT_BUFFER, batch_size: int = 0, threshold: float | None = None,
+                 extra: dict | None = None) -> dict:
   """Writes the serving folder `out` for a `state.Setup` and its parameters; returns the manifest."""
   import jax  # pylint: disable=g-import-not-at-top
 
@@ -191,7 +193,7 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
         "head": head,
         "tagger": is_tagger,
         "tag_scheme": config.model.tag_scheme if is_tagger else None,
-        "threshold": None if is_tagger else 0.0,
+        "threshold": None if is_tagger else float(threshold or 0.0),  # the default; callers may pass another
         "num_types": len(types),
         "max_len": int(d.max_len),
         "stride": int(d.stride) or None,

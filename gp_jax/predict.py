@@ -28,7 +28,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from gp_jax import storage
 from gp_jax.data import cblue
@@ -48,7 +48,8 @@ _OUTPUT_FORMAT = flags.DEFINE_string("output_format", "jsonl", "Output format: j
                                       "submission array) or cluener (the CLUENER submission lines).")
 _SPLIT = flags.DEFINE_string("split", None, "Predict the workdir's corpus split (train, dev or test) instead "
                              "of --input.")
-_THRESHOLD = flags.DEFINE_float("threshold", None, "Span heads: keep spans with score > threshold (default 0). "
+_THRESHOLD = flags.DEFINE_float("threshold", None, "Span heads: keep spans with score > threshold (default: the "
+                                "workdir's dev-tuned value when trained with tune_threshold, else the export's, else 0). "
                                 "An error with a tagger head.")
 _BATCH = flags.DEFINE_integer("batch_size", 0, "Windows per batch (0 = the training config's eval_batch_size).")
 _CHUNK = flags.DEFINE_integer("chunk_size", 1000, "Texts read and predicted at a time.")
@@ -139,8 +140,15 @@ class Predictor(WindowPredictor):
                                          encoder_config=wd.load_encoder_config(workdir))
     mngr = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(workdir), keep=1)
     self.step, self.params = ckpt_lib.restore_params(mngr, state_lib.abstract_params(self.setup))
-    self.threshold = check_threshold(threshold, head=self.config.model.head,
-                                     tagger=factory.tag_scheme(self.config) is not None)
+    tagger = factory.tag_scheme(self.config) is not None
+    self.threshold = check_threshold(threshold, head=self.config.model.head, tagger=tagger)
+    if self.threshold is None and not tagger:
+      from gp_jax.threshold import tuned_threshold
+
+      self.threshold = tuned_threshold(workdir)
+      if self.threshold is not None:
+        logging.info("Threshold %.2f: tuned on dev by training (threshold.json); --threshold overrides it",
+                     self.threshold)
     batch_size = batch_size or self.config.eval_batch_size
     self.batch_size = batch_size + -batch_size % mesh.size  # a multiple of the devices
     self.window_options = factory.split_options(self.config)

@@ -281,6 +281,12 @@ def test_tuned_threshold_and_ema_weights_in_a_run(tmp_path):
   with open(os.path.join(tmp_path, "results.json")) as f:
     assert json.load(f)["threshold"]["value"] == th["value"]
   assert threshold_lib.tuned_threshold(str(tmp_path)) == th["value"]
+  # predict and export take it as their default; an explicit threshold wins.
+  from gp_jax import export, predict
+
+  assert predict.Predictor(str(tmp_path)).threshold == th["value"]
+  assert predict.Predictor(str(tmp_path), threshold=0.25).threshold == 0.25
+  assert export.export_workdir(str(tmp_path), str(tmp_path / "exported"))["threshold"] == th["value"]
 
   # best/ moves to another step: the saved threshold is stale.
   mngr = ckpt_lib.make_manager(os.path.join(tmp_path, "best"), keep=1, best=True)
