@@ -74,8 +74,8 @@ def make_train_step(setup, tx, *, loss_kind: str, step_transform=None, donate: b
   state_shard = state_lib.state_shardings(setup, tx)
   fn = functools.partial(train_step, graphdef=setup.graphdef, rest=setup.rest, tx=tx, loss_kind=loss_kind,
                          block_size=setup.block_size, step_transform=step_transform)
-  return jax.jit(under_mesh(fn, setup.mesh), in_shardings=(state_shard, None), out_shardings=(state_shard, shd.replicated(setup.mesh)),
-                 donate_argnums=0 if donate else ())
+  return jax.jit(under_mesh(fn, setup.mesh), in_shardings=(state_shard, None),
+                 out_shardings=(state_shard, shd.replicated(setup.mesh)), donate_argnums=0 if donate else ())
 
 
 def eval_step(params, batch, threshold=0.0, *, graphdef, rest, size: int, block_size=None, hit_sharding=None):

@@ -166,4 +166,5 @@ def cudnn_detected() -> bool:
   return True
 
 
-__all__ = ["IMPLEMENTATIONS", "attention", "choose", "cudnn_detected", "xla_attention", "cudnn_attention", "splash_attention"]
+__all__ = ["IMPLEMENTATIONS", "attention", "choose", "cudnn_detected", "xla_attention", "cudnn_attention",
+           "splash_attention"]
