@@ -5,7 +5,7 @@
 
 For each platform, the model is built for that target (`factory.precision`: model.dtype=auto is bfloat16 on
 cuda/tpu, model.attention=auto picks splash on tpu, cuDNN on cuda), on abstract shapes (no weights: bert-base is
-BERT-base's shape, random), and the trainer's own jitted steps (`steps.make_train_step`, `steps.make_eval_step`,
+BERT-base's shape, random; scratch is the MSRA main job's encoder with one self-attention block added), and the trainer's own jitted steps (`steps.make_train_step`, `steps.make_eval_step`,
 state and batch sharded over the mesh) go through `jax.export` for that platform. One line per platform and
 target, no log prefix:
 
