@@ -59,22 +59,18 @@ def test_probability_dropout_applies_on_the_xla_path_only_when_given():
   assert np.all(np.asarray(out) == 0)
 
 
-@pytest.mark.parametrize("requested,platform,dtype,length,dropout,expected", [
-    ("auto", "cpu", jnp.float32, 128, False, "xla"),
-    ("auto", "cpu", jnp.bfloat16, 128, False, "xla"),
-    ("auto", "cuda", jnp.bfloat16, 64, False, "cudnn"),
-    ("auto", "cuda", jnp.float32, 64, False, "xla"),
-    ("auto", "tpu", jnp.bfloat16, 256, False, "splash"),
-    ("auto", "tpu", jnp.float32, 128, False, "splash"),
-    ("auto", "tpu", jnp.bfloat16, 96, False, "xla"),
-    ("auto", "tpu", jnp.bfloat16, 256, True, "xla"),
-    ("auto", "cuda", jnp.bfloat16, 64, True, "xla"),
-    ("splash", "tpu", jnp.bfloat16, 64, False, "xla"),
-    ("cudnn", "cuda", jnp.bfloat16, 64, True, "xla"),
-    ("xla", "tpu", jnp.bfloat16, 256, False, "xla"),
-])
-def test_choose(requested, platform, dtype, length, dropout, expected):
-  impl, why = attn.choose(requested, platform=platform, dtype=dtype, length=length, head_dim=64, dropout=dropout)
+# requested platform dtype L dropout -> expected
+CHOICES = """auto cpu float32 128 0 xla | auto cpu bfloat16 128 0 xla | auto cuda bfloat16 64 0 cudnn
+auto cuda float32 64 0 xla | auto tpu bfloat16 256 0 splash | auto tpu float32 128 0 splash
+auto tpu bfloat16 96 0 xla | auto tpu bfloat16 256 1 xla | auto cuda bfloat16 64 1 xla
+splash tpu bfloat16 64 0 xla | cudnn cuda bfloat16 64 1 xla | xla tpu bfloat16 256 0 xla"""
+
+
+@pytest.mark.parametrize("case", [c.strip() for c in CHOICES.replace("\n", "|").split("|")])
+def test_choose(case):
+  requested, platform, dtype, length, dropout, expected = case.split()
+  impl, why = attn.choose(requested, platform=platform, dtype=jnp.dtype(dtype), length=int(length), head_dim=64,
+                          dropout=dropout == "1")
   assert impl == expected
   fused = {"cuda": "cudnn", "tpu": "splash"}.get(platform)
   assert bool(why) == (impl == "xla" and requested != "xla" and fused is not None)
