@@ -27,6 +27,16 @@ matmuls only (encoder Dense layers, attention QK^T and PV, head Dense and span s
   python -m benchmarks.train_step --shapes 16x128 --pairs 5 --steps 3 --no-torch
   python -m benchmarks.train_step --model bert-base --torch_compile   # BERT-base B16xL256, eager and compiled torch
   python -m benchmarks.train_step --shapes 2x32 --layers 1 --pairs 1 --steps 1   # smoke run
+
+On a GPU (CUDA) the comparison is at matched precision: our step under the precision policy (model.dtype=auto:
+bfloat16 compute, float32 parameters and optimizer state; model.attention=auto: cuDNN attention when no attention
+dropout is active) against the port under `torch.autocast(bfloat16)` with transformers' SDPA attention, eager and
+`--torch_compile`; the loss takes float32 logits on both sides. `--attention-dropout` sets the attention-probability
+dropout of both sides (default: the encoder's, 0.1; 0 lets the fused kernels run). MFU is against the bf16 dense
+peak this script measures (best of several 8192^3 bf16 matmuls); each shape also reports the host time to put one
+batch on the device (`model_batch` + `global_batch`) against the step time, and the compile time.
+
+  python -m benchmarks.train_step --model bert-base --torch_compile --attention-dropout 0   # on a GPU
 """
 
 from __future__ import annotations
@@ -61,9 +71,10 @@ def bert_gp_train_flops(hf: dict, *, batch: int, seq: int, num_types: int, head_
   return 3.0 * (dense + attention + head)
 
 
-def matmul_peak(n: int = 2048, repeats: int = 7) -> dict:
-  """Best GFLOP/s of an f32 [n, n] x [n, n] matmul: jnp.dot (jitted), and torch.mm when torch is there."""
-  a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n), np.float32))
+def matmul_peak(n: int = 2048, repeats: int = 7, dtype: str = "float32") -> dict:
+  """Best GFLOP/s of a [n, n] x [n, n] matmul in `dtype` (float32 or bfloat16): jnp.dot (jitted), and torch.mm when
+  torch is there."""
+  a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n), np.float32), dtype)
   dot = jax.jit(jnp.dot)
   fns = {"jax": lambda: dot(a, a).block_until_ready()}
   try:
@@ -72,7 +83,7 @@ def matmul_peak(n: int = 2048, repeats: int = 7) -> dict:
     pass
   else:
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    ta = torch.from_numpy(np.array(a)).to(dev)
+    ta = torch.from_numpy(np.array(a, np.float32)).to(dev, getattr(torch, dtype))
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     fns["torch"] = lambda: (torch.mm(ta, ta), sync())
   out = {}
@@ -82,18 +93,35 @@ def matmul_peak(n: int = 2048, repeats: int = 7) -> dict:
   return out
 
 
+def on_gpu() -> bool:
+  return jax.default_backend() == "gpu"
+
+
+def host_input_readout(ours, batch: dict, step_s: float, repeats: int = 7) -> str:
+  """Host time to put one batch on the device (`model_batch` + `global_batch`, blocked on) against the step time."""
+  put = lambda: jax.block_until_ready(ours.device_batch(batch))  # noqa: E731
+  put()
+  host_s = float(np.median(common.call_seconds(put, repeats)))
+  return f"host input {host_s * 1e3:.2f} ms/batch ({100 * host_s / step_s:.0f}% of the step)"
+
+
 # ----------------------------------------------------------------------------- PyTorch port
 
 
 def make_torch_step(hf: dict, pretrained, *, batch: dict, num_types: int, head_size: int, compiled: bool = False,
-                    lr: float = 2e-5):
+                    lr: float = 2e-5, autocast: bool = False, attention_dropout: float | None = None):
   """-> (a closure running one train step of the public-port PyTorch model on `batch` (numpy), attention impl).
 
   The encoder is `pretrained` (a dir) or a random-init `BertModel(BertConfig(**hf))`; `compiled`: forward + loss
-  under `torch.compile` (compiled on the first call)."""
+  under `torch.compile` (compiled on the first call); `autocast`: the forward under `torch.autocast(bfloat16)`, the
+  loss on float32 logits; `attention_dropout`: the encoder's attention-probability dropout (None: its config's)."""
   import torch  # pylint: disable=g-import-not-at-top
 
   model, dev = torch_port.global_pointer(hf, pretrained, num_types=num_types, head_size=head_size)
+  if attention_dropout is not None:
+    for m in model.encoder.modules():
+      if type(m).__name__.endswith("SelfAttention") and isinstance(getattr(m, "dropout", None), torch.nn.Dropout):
+        m.dropout.p = attention_dropout
   model.train()
   opt = torch.optim.AdamW(model.parameters(), lr=lr)
   ids = torch.from_numpy(batch["features"]["input_ids"]).long().to(dev)
@@ -106,7 +134,12 @@ def make_torch_step(hf: dict, pretrained, *, batch: dict, num_types: int, head_s
   labels_t = torch.from_numpy(labels).to(dev)
 
   def loss_fn():
-    logits = model(ids, mask, types)
+    if autocast:
+      with torch.autocast(dev.type, dtype=torch.bfloat16):
+        logits = model(ids, mask, types)
+      logits = logits.float()
+    else:
+      logits = model(ids, mask, types)
     return torch_port.multilabel_categorical_crossentropy(logits.reshape(B * H, -1), labels_t.reshape(B * H, -1))
 
   if compiled:
@@ -133,7 +166,7 @@ def torch_variants(args, hf: dict, pretrained, batch: dict) -> tuple[dict, str]:
     if compiled and not args.torch_compile:
       continue
     step, attn_impl = make_torch_step(hf, pretrained, batch=batch, num_types=args.types, head_size=args.head_size,
-                                      compiled=compiled)
+                                      compiled=compiled, autocast=on_gpu(), attention_dropout=args.attention_dropout)
     try:
       for _ in range(args.warmup + 1):
         step()
@@ -153,6 +186,10 @@ def run_shape(args, batch_size: int, seq: int, *, peak: float, use_torch: bool) 
   hf, pretrained = encoder_source(args.model, args.layers)
   config, types = bert_config(args.types, args.head_size)
   config.batch_size = batch_size
+  if args.attention_dropout is not None:
+    config.model.attention_dropout = args.attention_dropout
+  if on_gpu() and not pretrained:
+    hf = dict(hf, attn_implementation="sdpa")
   tokenizer, features = bert_inputs(hf)
   init = {} if pretrained else {"load_weights": False, "encoder_config": hf}
   ours = ProjectStep(config, tokenizer, types, **init)
@@ -178,6 +215,8 @@ def run_shape(args, batch_size: int, seq: int, *, peak: float, use_torch: bool) 
 
   line = (f"B{batch_size}xL{seq}: ours {side('ours')}, {flops / 1e9:.0f} GFLOP/step, "
           f"compile {compile_s:.1f} s)")
+  if on_gpu():
+    line += "; " + host_input_readout(ours, batch, rounds.spread("ours").median)
   for name in fns:
     if name != "ours":
       line += (f"; {name} {side(name)}, attn={attn_impl}); speedup median "
@@ -203,6 +242,8 @@ def main(argv=None):
                       "JAX_DEFAULT_MATMUL_PRECISION=highest)")
   p.add_argument("--torch_compile", "--torch-compile", action="store_true",
                  help="also time the PyTorch port under torch.compile (inductor)")
+  p.add_argument("--attention-dropout", type=float, default=None,
+                 help="attention-probability dropout of both sides (default: the encoder's; 0 lets fused kernels run)")
   p.add_argument("--no-runtime", action="store_true", help="skip gp_jax.runtime.configure() (as gp_jax.main runs)")
   args = p.parse_args(argv)
   if not args.no_runtime:
@@ -228,9 +269,14 @@ def main(argv=None):
   print(f"precision: jax_default_matmul_precision={jax.config.jax_default_matmul_precision!r}"
         + (f" | torch cuda={torch.cuda.is_available()} allow_tf32={torch.backends.cuda.matmul.allow_tf32} "
            f"float32_matmul_precision={torch.get_float32_matmul_precision()!r}" if use_torch else ""), flush=True)
-  peak = matmul_peak()
-  print("f32 matmul peak (2048^3, best of 7): jax " + f"{peak['jax']:.0f} GFLOP/s"
+  n, peak_dtype = (8192, "bfloat16") if on_gpu() else (2048, "float32")
+  peak = matmul_peak(n, dtype=peak_dtype)
+  print(f"{'bf16' if on_gpu() else 'f32'} matmul peak ({n}^3, best of 7): jax " + f"{peak['jax']:.0f} GFLOP/s"
         + (f", torch {peak['torch']:.0f} GFLOP/s" if "torch" in peak else ""))
+  if on_gpu():
+    from gp_jax import factory  # pylint: disable=g-import-not-at-top
+
+    print(f"policy: {factory.precision(bert_config(args.types, args.head_size)[0]).describe()}", flush=True)
   name, shapes = MODELS[args.model]
   layers = f", {args.layers} layers, random init" if args.layers else ""
   print(f"model: {name}{layers} + GlobalPointer H={args.types} d={args.head_size}, sparse ZLPR, AdamW; "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -22,6 +23,64 @@ from gp_jax.models.taggers import TAGGERS
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+DTYPE_CHOICES = ("auto",) + tuple(DTYPES)
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+
+
+def target_platform(platform: str | None = None) -> str:
+  """The platform a program is compiled for, in `jax.export` / `lax.platform_dependent` names: `platform`, else
+  this machine's default backend ("gpu" -> "cuda")."""
+  p = (platform or jax.default_backend()).lower()
+  p = {"gpu": "cuda"}.get(p, p)
+  if p not in PLATFORMS:
+    raise ValueError(f"platform must be one of {PLATFORMS}, got {platform!r}")
+  return p
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+  """The precision policy and attention request resolved for one target platform."""
+
+  platform: str
+  dtype: str  # compute dtype name; parameters and optimizer state are float32 whatever it is
+  attention: str  # model.attention as requested; ops.attention picks per shape ("auto" -> xla on cpu)
+  attention_dropout: float  # bert: probability dropout (the XLA path only); scratch: 0 unless set
+
+  def describe(self) -> str:
+    return (f"compute {self.dtype} for {self.platform} (parameters, optimizer state, span scores, softmax, LayerNorm "
+            f"statistics and RoPE in float32), attention {self.attention}, attention dropout {self.attention_dropout}")
+
+
+def resolve_dtype(name: str, platform: str | None = None) -> str:
+  """`model.dtype` for the target: "auto" is float32 on cpu, bfloat16 on gpu/tpu; explicit names stay."""
+  if name not in DTYPE_CHOICES:
+    raise ValueError(f"model.dtype must be one of {DTYPE_CHOICES}, got {name!r}")
+  if name != "auto":
+    return name
+  return "float32" if target_platform(platform) == "cpu" else "bfloat16"
+
+
+def attention_dropout(config) -> float:
+  """`model.attention_dropout`; -1 (the default) keeps the old tie: model.dropout for bert, none for scratch."""
+  rate = float(config.model.get("attention_dropout", -1.0))
+  if rate >= 0:
+    return rate
+  return float(config.model.dropout) if config.model.encoder == "bert" else 0.0
+
+
+def precision(config, platform: str | None = None) -> Precision:
+  """The policy `build_model` applies for the target `platform` (default: this machine's backend)."""
+  p = target_platform(platform)
+  return Precision(p, resolve_dtype(config.model.dtype, p), config.model.get("attention", "auto"),
+                   attention_dropout(config))
+
+
+def adopt_workdir_dtype(config, saved: dict | None) -> None:
+  """On resume, `model.dtype=auto` takes the workdir's own dtype when it names one (a run from before "auto"
+  existed saved "float32"): a float32 run stays float32 on any platform. Changes `config` in place."""
+  old = ((saved or {}).get("model") or {}).get("dtype")
+  if config.model.dtype == "auto" and old in DTYPES:
+    config.model.dtype = old
 
 
 def build_tokenizer(config, train_texts):
@@ -54,10 +113,11 @@ def encoder_config(config) -> dict | None:
   return pretrained.encoder_config(config.model.pretrained)
 
 
-def scratch_config(config, tokenizer):
+def scratch_config(config, tokenizer, *, platform: str | None = None):
   from gp_jax.models.scratch import ScratchConfig  # pylint: disable=g-import-not-at-top
 
   m = config.model
+  policy = precision(config, platform)
   return ScratchConfig(
       vocab_size=tokenizer.vocab_size,
       bigram_vocab_size=tokenizer.bigram_vocab_size if m.bigram_dim else 0,
@@ -72,29 +132,35 @@ def scratch_config(config, tokenizer):
       num_attn_layers=m.num_attn_layers,
       dropout=m.dropout,
       embed_dropout=m.embed_dropout,
+      attention=policy.attention,
+      attention_dropout=policy.attention_dropout,
+      target_platform=policy.platform,
   )
 
 
 def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weights: bool = True,
-                encoder_config: dict | None = None) -> NerModel:
-  """Builds the NER model. With `load_weights=False` a bert encoder is built from `encoder_config` (the HF
-  config.json dict; default: read from `model.pretrained`) without reading weights."""
-  dtype = DTYPES[config.model.dtype]
+                encoder_config: dict | None = None, platform: str | None = None) -> NerModel:
+  """Builds the NER model for the target `platform` (default: this machine's backend; see `precision`). With
+  `load_weights=False` a bert encoder is built from `encoder_config` (the HF config.json dict; default: read from
+  `model.pretrained`) without reading weights."""
+  policy = precision(config, platform)
+  dtype = DTYPES[policy.dtype]
   rngs = nnx.Rngs(params=seed, dropout=seed + 1)
   m = config.model
   if m.encoder == "scratch":
     from gp_jax.models.scratch import ScratchEncoder  # pylint: disable=g-import-not-at-top
 
-    encoder = ScratchEncoder(scratch_config(config, tokenizer), dtype=dtype, rngs=rngs)
+    encoder = ScratchEncoder(scratch_config(config, tokenizer, platform=policy.platform), dtype=dtype, rngs=rngs)
   elif m.encoder == "bert":
     from gp_jax.models import bert, pretrained  # pylint: disable=g-import-not-at-top
 
-    dropout = {"hidden_dropout": float(m.dropout), "attention_dropout": float(m.dropout)}
+    overrides = {"hidden_dropout": float(m.dropout), "attention_dropout": policy.attention_dropout,
+                 "attention": policy.attention, "target_platform": policy.platform}
     if load_weights:
-      encoder = pretrained.load_pretrained(pretrained.resolve(m.pretrained), dtype=dtype, overrides=dropout)
+      encoder = pretrained.load_pretrained(pretrained.resolve(m.pretrained), dtype=dtype, overrides=overrides)
     else:
       hf = encoder_config or pretrained.encoder_config(m.pretrained)
-      bcfg = dataclasses.replace(bert.BertConfig.from_hf_dict(hf), **dropout)
+      bcfg = dataclasses.replace(bert.BertConfig.from_hf_dict(hf), **overrides)
       encoder = bert.Bert(bcfg, dtype=dtype, rngs=rngs)
   else:
     raise ValueError(f"model.encoder must be 'scratch' or 'bert', got {m.encoder!r}")

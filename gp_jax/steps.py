@@ -151,6 +151,20 @@ def train_step(state, batch, *, graphdef, rest, tx, loss_kind, block_size=None, 
   return new_state, {"loss": loss, "grad_norm": grad_norm, "finite": finite, **extra}
 
 
+def under_mesh(fn, mesh):
+  """`fn` traced with `mesh` as the context (abstract) mesh, so kernels that must run under `jax.shard_map` (splash
+  attention in `ops.attention`) find the batch axes. A one-device mesh needs none: `fn` is returned as is."""
+  if mesh.size == 1:
+    return fn
+
+  @functools.wraps(getattr(fn, "func", fn))  # the step's name stays the program's name
+  def traced(*args, **kwargs):
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+      return fn(*args, **kwargs)
+
+  return traced
+
+
 def make_train_step(setup, tx, *, loss_kind: str, step_transform=None, donate: bool = True):
   """`train_step` jitted with the state's shardings: (state, global batch) -> (state, metrics).
 
@@ -162,8 +176,8 @@ def make_train_step(setup, tx, *, loss_kind: str, step_transform=None, donate: b
                          block_size=setup.block_size, step_transform=step_transform, ema_decay=setup.ema_decay,
                          adversarial=Adversarial.from_config(setup.config),
                          delta_sharding=shd.batch_sharding(setup.mesh, 3))
-  return jax.jit(fn, in_shardings=(state_shard, None), out_shardings=(state_shard, shd.replicated(setup.mesh)),
-                 donate_argnums=0 if donate else ())
+  return jax.jit(under_mesh(fn, setup.mesh), in_shardings=(state_shard, None),
+                 out_shardings=(state_shard, shd.replicated(setup.mesh)), donate_argnums=0 if donate else ())
 
 
 def eval_step(params, batch, threshold=0.0, *, graphdef, rest, size: int, block_size=None, hit_sharding=None):
@@ -181,7 +195,7 @@ def make_eval_step(setup, *, size: int):
   repl = shd.replicated(setup.mesh)
   fn = functools.partial(eval_step, graphdef=setup.graphdef, rest=setup.rest, size=size,
                          block_size=setup.block_size, hit_sharding=repl)
-  return jax.jit(fn, out_shardings=repl)
+  return jax.jit(under_mesh(fn, setup.mesh), out_shardings=repl)
 
 
 class HitDecoder:

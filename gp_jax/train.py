@@ -83,11 +83,14 @@ def setup_run(config, workdir) -> RunContext:
     if config[name] % batch_ways or config[name] % jax.process_count():
       raise ValueError(f"{name}={config[name]} must be divisible by the {batch_ways} data-parallel devices "
                        f"(mesh {dict(mesh.shape)}) and by the {jax.process_count()} processes")
-  config_json = config.to_json_best_effort(sort_keys=True)
   saved = root / "config.json"
-  if saved.exists() and not config.get("allow_config_change", False):
+  saved_config = storage.read_json(saved) if saved.exists() else None
+  factory.adopt_workdir_dtype(config, saved_config)  # a float32 workdir resumes as float32 under dtype=auto
+  log.info("Precision: %s", factory.precision(config).describe())
+  config_json = config.to_json_best_effort(sort_keys=True)
+  if saved_config is not None and not config.get("allow_config_change", False):
     defaults = json.loads(base_config.get_config().to_json_best_effort())
-    changes = wd.resume_changes(root, storage.read_json(saved), json.loads(config_json), defaults)
+    changes = wd.resume_changes(root, saved_config, json.loads(config_json), defaults)
     if changes:
       raise ValueError(f"{root} holds a run of another config ({len(changes)} changed keys: {'; '.join(changes)}). "
                        "Use a new workdir, or --config.allow_config_change=True to resume anyway.")

@@ -12,7 +12,9 @@ import ml_collections
 
 from gp_jax.configs.args import parse_arg
 
-ARG_DEFAULTS = dict(quick=False, head="standard", rope=True, encoder="scratch", dataset="msra", dtype="float32",
+# dtype "auto": float32 on CPU, bfloat16 on GPU/TPU (factory.precision). A workdir written when the default was
+# "float32" resumes as float32 (factory.adopt_workdir_dtype).
+ARG_DEFAULTS = dict(quick=False, head="standard", rope=True, encoder="scratch", dataset="msra", dtype="auto",
                     epochs=0.0, seed=0, pretrained="minilm")
 
 
@@ -63,7 +65,9 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.model.tag_scheme = "BIO"  # taggers: BIO or BIOES (one tag layer: the outermost entity wins)
   c.model.head_size = 64  # d, per-type q/k width
   c.model.use_rope = a.rope  # RoPE in the head (the paper's ablation)
-  c.model.dtype = a.dtype  # compute dtype: float32 or bfloat16 (parameters stay float32)
+  c.model.dtype = a.dtype  # compute dtype: auto (float32 on CPU, bfloat16 on GPU/TPU), float32 or bfloat16 (params stay float32)
+  c.model.attention = "auto"  # self-attention kernel (gp_jax.ops.attention): auto | xla | cudnn (GPU) | splash (TPU)
+  c.model.attention_dropout = -1.0  # attention-probability dropout, XLA path only (-1 = as before: model.dropout for bert, 0 for scratch)
   c.model.embed_dim = 128  # scratch: char embedding width
   c.model.bigram_dim = 128  # scratch: bigram embedding width (0 = no bigrams)
   c.model.hidden_size = 256  # scratch: encoder width
@@ -73,7 +77,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.model.dilations = (1, 2, 4, 1)  # scratch: dilation per conv block (cycled)
   c.model.conv_impl = "unfold"  # scratch: 'unfold' (k shifted copies + one matmul) or 'xla' (lax.conv; same params)
   c.model.num_attn_layers = 0  # scratch: self-attention blocks after the convs
-  c.model.dropout = 0.1  # scratch: residual dropout; bert: hidden/attention dropout
+  c.model.dropout = 0.1  # scratch: residual dropout; bert: hidden dropout (and attention dropout, see above)
   c.model.embed_dropout = 0.1  # scratch: embedding dropout
 
   c.loss = ml_collections.ConfigDict()

@@ -16,10 +16,10 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from gp_jax.models.layers import linear
+from gp_jax.ops import attention as attention_lib
 from gp_jax.ops.dropout import dropout
 
 ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
@@ -49,13 +49,17 @@ class BertConfig:
   model_type: str = "bert"  # "bert" | "roberta" (position ids offset by pad_token_id + 1)
   pad_token_id: int = 0
   hidden_dropout: float = 0.1  # embeddings, attention output, FFN output
-  attention_dropout: float = 0.1  # attention probabilities
+  attention_dropout: float = 0.1  # attention probabilities (the XLA attention path only: ops.attention)
+  attention: str = "xla"  # ops.attention implementation: auto | xla | cudnn | splash
+  target_platform: str | None = None  # platform the model is compiled for (attention=auto); None: at lowering
 
   def __post_init__(self):
     if self.model_type not in ("bert", "roberta"):
       raise ValueError(f"model_type must be 'bert' or 'roberta', got {self.model_type!r}")
     if self.hidden_act not in _ACTIVATIONS:
       raise ValueError(f"hidden_act {self.hidden_act!r} not supported; one of {sorted(_ACTIVATIONS)}")
+    if self.attention not in attention_lib.IMPLEMENTATIONS:
+      raise ValueError(f"attention must be one of {attention_lib.IMPLEMENTATIONS}, got {self.attention!r}")
     if self.hidden_size % self.num_heads:
       raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
 
@@ -104,6 +108,7 @@ class BertLayer(nnx.Module):
     dense = lambda i, o: linear(i, o, dtype=dtype, param_dtype=param_dtype, kernel_init=init, rngs=rngs)
     D, F = cfg.hidden_size, cfg.intermediate_size
     self.num_heads = cfg.num_heads
+    self.attention, self.target_platform = cfg.attention, cfg.target_platform
     self.query, self.key, self.value = dense(D, D), dense(D, D), dense(D, D)
     self.attention_out = dense(D, D)
     self.attention_norm = _layer_norm(cfg, dtype, param_dtype, rngs)
@@ -120,14 +125,10 @@ class BertLayer(nnx.Module):
     q_BLHK = self.query(x_BLD).reshape(B, L, H, D // H)
     k_BLHK = self.key(x_BLD).reshape(B, L, H, D // H)
     v_BLHK = self.value(x_BLD).reshape(B, L, H, D // H)
-    # Scores and softmax in f32 (also under bf16 compute); masked keys get the f32 minimum, so a
-    # row with no valid key (an all-padding filler row) is uniform, never NaN.
-    logits_BHLL = jnp.einsum("bqhk,bshk->bhqs", q_BLHK, k_BLHK, preferred_element_type=jnp.float32)
-    logits_BHLL = logits_BHLL / np.sqrt(D // H).astype(np.float32)
-    logits_BHLL = jnp.where(mask_BL[:, None, None, :], logits_BHLL, jnp.finfo(jnp.float32).min)
-    probs_BHLL = jax.nn.softmax(logits_BHLL, axis=-1).astype(v_BLHK.dtype)
-    probs_BHLL = dropout(self.attention_dropout, probs_BHLL)
-    ctx_BLD = jnp.einsum("bhqs,bshk->bqhk", probs_BHLL, v_BLHK).reshape(B, L, D)
+    drop = self.attention_dropout
+    probs_dropout = None if drop.deterministic or float(drop.rate) == 0.0 else (lambda p: dropout(drop, p))
+    ctx_BLD = attention_lib.attention(q_BLHK, k_BLHK, v_BLHK, mask_BL=mask_BL, implementation=self.attention,
+                                      platform=self.target_platform, probs_dropout=probs_dropout).reshape(B, L, D)
     x_BLD = self.attention_norm(x_BLD + dropout(self.hidden_dropout, self.attention_out(ctx_BLD)))
     ffn_BLD = self.output(self.act(self.intermediate(x_BLD)))
     return self.output_norm(x_BLD + dropout(self.hidden_dropout, ffn_BLD))

@@ -13,7 +13,6 @@ never change valid outputs.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +20,7 @@ from flax import nnx
 
 from gp_jax import ops
 from gp_jax.models.layers import linear
+from gp_jax.ops import attention as ops_attention
 
 BLOCKS = ("glu", "gelu")
 CONV_IMPLS = ("unfold", "xla")
@@ -45,12 +45,17 @@ class ScratchConfig:
   rope_base: float = 10000.0  # RoPE base of the attention layers
   dropout: float = 0.1  # residual-branch dropout
   embed_dropout: float = 0.1  # dropout on the concatenated embeddings
+  attention: str = "xla"  # ops.attention implementation: auto | xla | cudnn | splash
+  attention_dropout: float = 0.0  # attention-probability dropout (the XLA attention path only)
+  target_platform: str | None = None  # platform the model is compiled for (attention=auto); None: at lowering
 
   def __post_init__(self):
     if self.block not in BLOCKS:
       raise ValueError(f"block must be one of {BLOCKS}, got {self.block!r}")
     if self.conv_impl not in CONV_IMPLS:
       raise ValueError(f"conv_impl must be one of {CONV_IMPLS}, got {self.conv_impl!r}")
+    if self.attention not in ops_attention.IMPLEMENTATIONS:
+      raise ValueError(f"attention must be one of {ops_attention.IMPLEMENTATIONS}, got {self.attention!r}")
     if self.kernel_size % 2 != 1:
       raise ValueError(f"kernel_size must be odd, got {self.kernel_size}")
     if self.num_attn_layers and self.hidden_size % (2 * self.num_heads):
@@ -114,6 +119,7 @@ class AttnBlock(nnx.Module):
   def __init__(self, config: ScratchConfig, *, dtype, rngs: nnx.Rngs):
     D = config.hidden_size
     self.num_heads, self.rope_base = config.num_heads, config.rope_base
+    self.attention, self.target_platform = config.attention, config.target_platform
     self.norm1 = nnx.LayerNorm(D, dtype=dtype, rngs=rngs)
     self.qkv = linear(D, 3 * D, dtype=dtype, rngs=rngs)
     self.out = linear(D, D, dtype=dtype, rngs=rngs)
@@ -121,6 +127,7 @@ class AttnBlock(nnx.Module):
     self.mlp_in = linear(D, config.mlp_ratio * D, dtype=dtype, rngs=rngs)
     self.mlp_out = linear(config.mlp_ratio * D, D, dtype=dtype, rngs=rngs)
     self.dropout = nnx.Dropout(config.dropout, rngs=rngs)
+    self.attention_dropout = nnx.Dropout(config.attention_dropout, rngs=rngs) if config.attention_dropout else None
 
   def __call__(self, x_BLD, mask_BL, positions_BL):
     B, L, D = x_BLD.shape
@@ -129,11 +136,11 @@ class AttnBlock(nnx.Module):
     q_BLND, k_BLND, v_BLND = qkv_BL3ND[:, :, 0], qkv_BL3ND[:, :, 1], qkv_BL3ND[:, :, 2]
     q_BLND = ops.apply_rope(q_BLND, positions=positions_BL, base=self.rope_base)
     k_BLND = ops.apply_rope(k_BLND, positions=positions_BL, base=self.rope_base)
-    s_BNLL = jnp.einsum("bind,bjnd->bnij", q_BLND, k_BLND) / math.sqrt(D // N)
-    key_B11L = mask_BL[:, None, None, :].astype(bool)
-    s_BNLL = jnp.where(key_B11L, s_BNLL.astype(jnp.float32), jnp.finfo(jnp.float32).min)
-    p_BNLL = jax.nn.softmax(s_BNLL, axis=-1).astype(x_BLD.dtype)
-    a_BLD = jnp.einsum("bnij,bjnd->bind", p_BNLL, v_BLND).reshape(B, L, D)
+    drop = self.attention_dropout
+    probs_dropout = None if drop is None or drop.deterministic else drop
+    a_BLD = ops_attention.attention(q_BLND, k_BLND, v_BLND, mask_BL=mask_BL.astype(bool),
+                                    implementation=self.attention, platform=self.target_platform,
+                                    probs_dropout=probs_dropout).reshape(B, L, D)
     x_BLD = x_BLD + self.dropout(self.out(a_BLD))
     h_BLD = self.mlp_out(jax.nn.gelu(self.mlp_in(self.norm2(x_BLD))))
     return x_BLD + self.dropout(h_BLD)

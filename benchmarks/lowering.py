@@ -1,0 +1,288 @@
+"""Lower the jitted train and eval steps for TPU and GPU from this machine (no accelerator needed).
+
+  python -m benchmarks.lowering --platforms=tpu,cuda [--model=bert-base|scratch] [--batch=16] [--length=256]
+                                [--mesh=data:8]
+
+For each platform, the model is built for that target (`factory.precision`: model.dtype=auto is bfloat16 on
+cuda/tpu, model.attention=auto picks splash on tpu, cuDNN on cuda), on abstract shapes (no weights: bert-base is
+BERT-base's shape, random; scratch is the MSRA main job's encoder with one self-attention block added), and the trainer's own jitted steps (`steps.make_train_step`, `steps.make_eval_step`,
+state and batch sharded over the mesh) go through `jax.export` for that platform. One line per platform and
+target, no log prefix:
+
+  tpu train_step: lowered (bfloat16, splash, 36 custom calls)
+  cuda train_step: lowered (bfloat16, xla: cuDNN is not detected on this machine, 0 custom calls)
+  tpu eval_step: not lowered: REASON
+
+"custom calls" counts kernel calls in the exported module (Pallas/Mosaic `tpu_custom_call`, cuDNN attention);
+sharding annotations are not counted. cuDNN attention cannot be traced without a GPU (jaxlib raises "cuDNN is
+not detected"), so the cuda lines then lower with the XLA attention and say so. Exit status 0 when every line
+lowered or gave a known reason, 1 on an unexpected error (its traceback on stderr).
+
+Targets are functions `(Problem, platform) -> lines`, listed in TARGETS; add one there to lower something else.
+`--attention-dropout` defaults to 0: the fused kernels have no probability dropout, so with BERT's 0.1 the train
+step takes the XLA path (`gp_jax.ops.attention`). Lowering does not compile: see docs/tpu.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import math
+import os
+import re
+import sys
+import traceback
+
+KERNEL_CALLS = {"tpu_custom_call": "splash", "__cudnn$fmha": "cudnn"}  # custom-call target prefix -> kernel
+CUDNN_MISSING = "cuDNN is not detected"
+TINY_BERT = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=256, vocab_size=1000)
+NUM_TYPES = 10
+
+
+@dataclasses.dataclass
+class Problem:
+  """What every target lowers: the config, tokenizer stand-in, types, mesh and one abstract batch."""
+
+  config: object
+  tokenizer: object
+  types: list
+  mesh: object
+  batch: dict  # numpy batch in the model's format (evaluate.model_batch)
+  encoder_config: dict | None
+  attention_dropout: float
+
+
+def parse_mesh(spec: str) -> dict:
+  """"data:8" or "data:4,fsdp:2" -> {"data": 8, "fsdp": 1} style sizes."""
+  sizes = {"data": 1, "fsdp": 1}
+  for part in filter(None, spec.split(",")):
+    name, n = part.split(":")
+    if name not in sizes:
+      raise ValueError(f"--mesh axes are data and fsdp, got {name!r}")
+    sizes[name] = int(n)
+  return sizes
+
+
+def make_problem(model: str, *, batch: int, length: int, mesh_sizes: dict, tiny: bool = False,
+                 attention_dropout: float = 0.0) -> Problem:
+  from benchmarks import inputs  # pylint: disable=g-import-not-at-top
+  from gp_jax import evaluate  # pylint: disable=g-import-not-at-top
+  from gp_jax import sharding as shd  # pylint: disable=g-import-not-at-top
+
+  mesh = shd.make_mesh(mesh_sizes["data"], mesh_sizes["fsdp"])
+  if model == "bert-base":
+    hf = dict(inputs.BERT_BASE, **(TINY_BERT if tiny else {}))
+    tokenizer, features = inputs.bert_inputs(hf)
+    config, types = inputs.bert_config(NUM_TYPES, 64)
+    prefix = 1
+  else:
+    hf = None
+    config = inputs.msra_config()
+    tokenizer, features = inputs.msra_inputs()
+    types = list(inputs.MSRA_TYPES)
+    if tiny:
+      config.model.hidden_size, config.model.num_layers = 64, 2
+    config.model.num_attn_layers = config.model.num_attn_layers or 1  # so the attention kernel is exercised
+    prefix = 0
+  config.batch_size = batch
+  config.model.dtype, config.model.attention = "auto", "auto"
+  config.model.attention_dropout = attention_dropout
+  np_batch = inputs.synthetic_batch(batch=batch, seq=length, num_types=len(types), features=features,
+                                    num_prefix=prefix, num_suffix=prefix, min_len=max(2, length // 2))
+  return Problem(config, tokenizer, types, mesh, evaluate.model_batch(np_batch), hf, attention_dropout)
+
+
+@contextlib.contextmanager
+def dropout_bits_for(platform: str):
+  """Dropout masks as a run on `platform` draws them (`runtime.dropout_bits`), unless GP_JAX_DROPOUT_BITS is set."""
+  if "GP_JAX_DROPOUT_BITS" in os.environ:
+    yield
+    return
+  os.environ["GP_JAX_DROPOUT_BITS"] = "hash" if platform == "cpu" else "threefry"
+  try:
+    yield
+  finally:
+    del os.environ["GP_JAX_DROPOUT_BITS"]
+
+
+def target_setup(problem: Problem, platform: str, *, attention: str | None = None):
+  """A `state.Setup` of the model built for `platform`, parameters abstract (nothing allocated but RNG state)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  from gp_jax import factory  # pylint: disable=g-import-not-at-top
+  from gp_jax import sharding as shd  # pylint: disable=g-import-not-at-top
+  from gp_jax import state as state_lib  # pylint: disable=g-import-not-at-top
+
+  config = problem.config.copy_and_resolve_references()
+  if attention:
+    config.model.attention = attention
+
+  def build():
+    return factory.build_model(config, problem.tokenizer, len(problem.types), load_weights=False,
+                               encoder_config=problem.encoder_config, platform=platform)
+
+  graphdef, abs_params, _ = nnx.split(nnx.eval_shape(build), nnx.Param, ...)
+  abs_params = nnx.to_pure_dict(abs_params)
+  rest = jax.jit(lambda: nnx.split(build(), nnx.Param, ...)[2])()  # RNG streams only (XLA drops the init)
+  return state_lib.Setup(config, list(problem.types), problem.tokenizer, problem.mesh, graphdef, rest, abs_params,
+                         shd.tree_shardings(problem.mesh, abs_params), problem.encoder_config)
+
+
+def abstract_batch(problem: Problem):
+  import jax  # pylint: disable=g-import-not-at-top
+
+  from gp_jax import sharding as shd  # pylint: disable=g-import-not-at-top
+
+  return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=shd.batch_sharding(problem.mesh, v.ndim))
+          for k, v in problem.batch.items()}
+
+
+def lower_train_step(setup, problem: Problem, platform: str):
+  import jax  # pylint: disable=g-import-not-at-top
+
+  from gp_jax import state as state_lib  # pylint: disable=g-import-not-at-top
+  from gp_jax import steps  # pylint: disable=g-import-not-at-top
+  from gp_jax.optim import make_optimizer  # pylint: disable=g-import-not-at-top
+
+  tx, _ = make_optimizer(setup.config.optimizer, 10_000, setup.abstract_params)
+  step = steps.make_train_step(setup, tx, loss_kind=setup.config.loss.kind)
+  return jax.export.export(step, platforms=[platform])(state_lib.abstract_state(setup, tx), abstract_batch(problem))
+
+
+def lower_eval_step(setup, problem: Problem, platform: str):
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  from gp_jax import state as state_lib  # pylint: disable=g-import-not-at-top
+  from gp_jax import steps  # pylint: disable=g-import-not-at-top
+
+  step = steps.make_eval_step(setup, size=max(64, 32 * problem.batch["span_mask"].shape[0]))
+  threshold = jax.ShapeDtypeStruct((), jnp.float32)
+  return jax.export.export(step, platforms=[platform])(state_lib.abstract_params(setup), abstract_batch(problem),
+                                                       threshold)
+
+
+def kernel_calls(module_text: str) -> dict[str, int]:
+  """{kernel name: custom calls executed once per step} in an exported module's StableHLO text: a kernel inside a
+  private function counts once per call of that function (layers share one), from @main down."""
+  bodies = dict(re.findall(r"func\.func (?:public|private) @([\w$.\-]+)\((.*?)(?=\n  func\.func |\Z)", module_text,
+                           re.S))
+
+  def count(name: str, seen=()) -> dict[str, int]:
+    out: dict[str, int] = {}
+    body = bodies.get(name, "")
+    for target in re.findall(r"stablehlo\.custom_call @([\w$.\-]+)", body):
+      kernel = next((k for prefix, k in KERNEL_CALLS.items() if target.startswith(prefix)), None)
+      if kernel:
+        out[kernel] = out.get(kernel, 0) + 1
+    for callee in re.findall(r"(?<![\w.])(?:func\.)?call @([\w$.\-]+)\(", body):
+      if callee not in seen:
+        for kernel, n in count(callee, seen + (name,)).items():
+          out[kernel] = out.get(kernel, 0) + n
+    return out
+
+  return count("main")
+
+
+def attention_label(problem: Problem, setup, platform: str, *, train: bool, calls: dict, why: str = "") -> str:
+  """The attention the module holds: the kernel found in it, else "xla" and why (`ops.attention.choose`)."""
+  from gp_jax import factory  # pylint: disable=g-import-not-at-top
+  from gp_jax.ops import attention as attention_lib  # pylint: disable=g-import-not-at-top
+
+  if calls:
+    return ", ".join(sorted(calls))
+  if not why:
+    policy = factory.precision(setup.config, platform)
+    heads, width = _attention_shape(problem)
+    _, why = attention_lib.choose(policy.attention, platform=platform, dtype=factory.DTYPES[policy.dtype],
+                                  length=problem.batch["span_mask"].shape[1], head_dim=width // heads,
+                                  dropout=train and policy.attention_dropout > 0)
+  return "xla" + (f": {why}" if why else "")
+
+
+def _attention_shape(problem: Problem) -> tuple[int, int]:
+  """(heads, width) of the encoder's self-attention."""
+  if problem.encoder_config is not None:
+    return problem.encoder_config["num_attention_heads"], problem.encoder_config["hidden_size"]
+  from gp_jax.models.scratch import ScratchConfig  # pylint: disable=g-import-not-at-top
+
+  return ScratchConfig.num_heads, problem.config.model.hidden_size
+
+
+def step_target(name: str, lower, *, train: bool):
+  """A target lowering one of the trainer's jitted steps; on cuda without cuDNN, again with the XLA attention."""
+
+  def target(problem: Problem, platform: str) -> list[str]:
+    from gp_jax import factory  # pylint: disable=g-import-not-at-top
+
+    dtype = factory.precision(problem.config, platform).dtype
+    with dropout_bits_for(platform):
+      why = ""
+      try:
+        setup = target_setup(problem, platform)
+        exported = lower(setup, problem, platform)
+      except RuntimeError as e:
+        if CUDNN_MISSING not in str(e):
+          raise
+        why = f"{CUDNN_MISSING} on this machine"
+        setup = target_setup(problem, platform, attention="xla")
+        exported = lower(setup, problem, platform)
+    calls = kernel_calls(exported.mlir_module())
+    label = attention_label(problem, setup, platform, train=train, calls=calls, why=why)
+    return [f"{platform} {name}: lowered ({dtype}, {label}, {sum(calls.values())} custom calls)"]
+
+  target.__name__ = name
+  return target
+
+
+TARGETS = [step_target("train_step", lower_train_step, train=True),
+           step_target("eval_step", lower_eval_step, train=False)]
+KNOWN = ("exceeds the", "is not a multiple of", "must be divisible")  # user-input errors, reported as reasons
+
+
+def run(problem: Problem, platforms, targets=None) -> tuple[list[str], bool]:
+  """-> (lines, ok); ok is False after an unexpected error (traceback on stderr)."""
+  lines, ok = [], True
+  for platform in platforms:
+    for target in targets or TARGETS:
+      try:
+        lines += target(problem, platform)
+      except Exception as e:  # pylint: disable=broad-except
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        lines.append(f"{platform} {target.__name__}: not lowered: {type(e).__name__}: {reason}")
+        if not any(k in str(e) for k in KNOWN):
+          ok = False
+          traceback.print_exc(file=sys.stderr)
+      print(lines[-1], flush=True)
+  return lines, ok
+
+
+def force_host_devices(n: int) -> None:
+  """Enough fake CPU devices for the mesh (read when JAX starts its CPU backend)."""
+  flags = os.environ.get("XLA_FLAGS", "")
+  if "--xla_force_host_platform_device_count" not in flags:
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--platforms", default="tpu,cuda", help="comma list of cpu, cuda, rocm, tpu")
+  p.add_argument("--model", choices=("bert-base", "scratch"), default="bert-base")
+  p.add_argument("--batch", type=int, default=16, help="global batch")
+  p.add_argument("--length", type=int, default=256, help="padded length L")
+  p.add_argument("--mesh", default="data:8", help="mesh axis sizes, e.g. data:8 or data:4,fsdp:2")
+  p.add_argument("--attention-dropout", type=float, default=0.0, help="model.attention_dropout (see above)")
+  p.add_argument("--tiny", action="store_true", help="a 2-layer shrink of the model (tests)")
+  args = p.parse_args(argv)
+  mesh_sizes = parse_mesh(args.mesh)
+  force_host_devices(math.prod(mesh_sizes.values()))
+  problem = make_problem(args.model, batch=args.batch, length=args.length, mesh_sizes=mesh_sizes, tiny=args.tiny,
+                         attention_dropout=args.attention_dropout)
+  _, ok = run(problem, [s.strip() for s in args.platforms.split(",") if s.strip()])
+  return 0 if ok else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())
