@@ -12,6 +12,11 @@ target, no log prefix:
   tpu train_step: lowered (bfloat16, splash, 36 custom calls)
   cuda train_step: lowered (bfloat16, xla: cuDNN is not detected on this machine, 0 custom calls)
   tpu eval_step: not lowered: REASON
+  tpu loss: lowered (pallas, 3 tpu_custom_call)
+
+The `loss` target is the span loss + gradient with the fused Pallas ZLPR kernel (`loss.implementation=pallas`,
+benchmarks/lowering_loss.py) at the same batch and length: 3 Mosaic kernels on tpu (forward, dq and dk passes),
+the interpreted kernel (no custom call) elsewhere.
 
 "custom calls" counts kernel calls in the exported module (Pallas/Mosaic `tpu_custom_call`, cuDNN attention);
 sharding annotations are not counted. cuDNN attention cannot be traced without a GPU (jaxlib raises "cuDNN is
@@ -237,8 +242,21 @@ def step_target(name: str, lower, *, train: bool):
   return target
 
 
+def loss_target(problem: Problem, platform: str) -> list[str]:
+  """The span loss + gradient with the fused Pallas ZLPR kernel (`loss.implementation=pallas`) at the problem's
+  batch and length, NUM_TYPES types, Efficient GlobalPointer (bf16 q/k): `benchmarks.lowering_loss`."""
+  from benchmarks import lowering_loss  # pylint: disable=g-import-not-at-top
+
+  B, L = problem.batch["attention_mask"].shape
+  line, = lowering_loss.loss_lines((platform,), B=B, L=L, H=NUM_TYPES)
+  if ": not lowered: " in line:
+    raise RuntimeError(line.split(": not lowered: ", 1)[1])
+  return [line]
+
+
+loss_target.__name__ = "loss"
 TARGETS = [step_target("train_step", lower_train_step, train=True),
-           step_target("eval_step", lower_eval_step, train=False)]
+           step_target("eval_step", lower_eval_step, train=False), loss_target]
 KNOWN = ("exceeds the", "is not a multiple of", "must be divisible")  # user-input errors, reported as reasons
 
 
@@ -275,12 +293,19 @@ def main(argv=None) -> int:
   p.add_argument("--mesh", default="data:8", help="mesh axis sizes, e.g. data:8 or data:4,fsdp:2")
   p.add_argument("--attention-dropout", type=float, default=0.0, help="model.attention_dropout (see above)")
   p.add_argument("--tiny", action="store_true", help="a 2-layer shrink of the model (tests)")
+  p.add_argument("--targets", default=",".join(t.__name__ for t in TARGETS),
+                 help="comma list of what to lower: train_step, eval_step, loss (the Pallas ZLPR loss + gradient)")
   args = p.parse_args(argv)
+  by_name = {t.__name__: t for t in TARGETS}
+  unknown = [t for t in args.targets.split(",") if t not in by_name]
+  if unknown:
+    p.error(f"unknown --targets {unknown}; known: {', '.join(by_name)}")
   mesh_sizes = parse_mesh(args.mesh)
   force_host_devices(math.prod(mesh_sizes.values()))
   problem = make_problem(args.model, batch=args.batch, length=args.length, mesh_sizes=mesh_sizes, tiny=args.tiny,
                          attention_dropout=args.attention_dropout)
-  _, ok = run(problem, [s.strip() for s in args.platforms.split(",") if s.strip()])
+  _, ok = run(problem, [s.strip() for s in args.platforms.split(",") if s.strip()],
+              targets=[by_name[t] for t in args.targets.split(",")])
   return 0 if ok else 1
 
 

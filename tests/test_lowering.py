@@ -8,7 +8,7 @@ from gp_jax.ops import attention as attention_lib
 
 def _lines(capsys, *args):
   code = lowering.main(["--platforms=tpu,cuda", "--tiny", "--batch=8", "--length=128", "--mesh=data:4,fsdp:2",
-                        *args])
+                        "--targets=train_step,eval_step", *args])
   return code, capsys.readouterr().out.strip().splitlines()
 
 
@@ -28,6 +28,13 @@ def test_steps_lower_for_tpu_and_cuda(capsys, model, layers):
       f"cuda eval_step: lowered (bfloat16, {_cuda_attention()}, {cuda_calls(layers)} custom calls)",
   ]
   assert code == 0
+
+
+def test_the_pallas_loss_target(capsys):
+  code, lines = _lines(capsys, "--model=scratch", "--targets=loss")
+  assert code == 0
+  assert lines == ["tpu loss: lowered (pallas, 3 tpu_custom_call)",
+                   "cuda loss: lowered (pallas, interpreted: no custom call)"]
 
 
 def test_attention_dropout_and_short_lengths_take_the_xla_path(capsys):
