@@ -41,6 +41,9 @@ from gp_jax.serving import BATCH_FIELDS, FORMAT_VERSION, MANIFEST, MODEL_FILES, 
 from gp_jax.serving import ExportedModel, host_span_hits, load_exported  # noqa: F401  pylint: disable=unused-import
 
 DEFAULT_HIT_BUFFER = 4096
+# The precision policy of an export is resolved as for this platform wherever export runs: model.dtype=auto is
+# float32 and model.attention=auto the XLA path, a graph that lowers for every platform in one artifact.
+PORTABLE_POLICY = "cpu"
 
 
 def input_names(feature_names) -> list[str]:
@@ -136,12 +139,13 @@ def _version() -> str | None:
 def export_workdir(workdir, out, *, fmt: str = "stablehlo", platforms=None, hit_buffer: int = DEFAULT_HIT_BUFFER,
                    batch_size: int = 0) -> dict:
   """Restores `workdir` (as predict does) and writes the serving folder `out`; returns the manifest."""
-  from gp_jax import predict  # pylint: disable=g-import-not-at-top
+  from gp_jax import factory, predict  # pylint: disable=g-import-not-at-top
 
-  p = predict.Predictor(workdir)
+  p = predict.Predictor(workdir, platform=PORTABLE_POLICY)
   return export_model(p.setup, p.params, out, fmt=fmt, platforms=platforms, hit_buffer=hit_buffer,
                       batch_size=batch_size, threshold=p.threshold,
-                      extra={"step": int(p.step), "source_workdir": os.fspath(workdir)})
+                      extra={"step": int(p.step), "source_workdir": os.fspath(workdir),
+                             "compute_dtype": factory.precision(p.config, PORTABLE_POLICY).dtype})
 
 
 def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,

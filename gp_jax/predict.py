@@ -123,7 +123,9 @@ OUTPUT_NAMES = {"jsonl": "predictions.jsonl", "cmeee": "CMeEE_test.json", "cluen
 class Predictor(WindowPredictor):
   """A trained model restored from a workdir: parameters only (best by dev F1, else the latest)."""
 
-  def __init__(self, workdir: str, *, batch_size: int = 0, threshold: float | None = None):
+  def __init__(self, workdir: str, *, batch_size: int = 0, threshold: float | None = None,
+               platform: str | None = None):
+    """`platform`: the target the precision policy resolves for (default this machine's backend)."""
     # pylint: disable=g-import-not-at-top
     from gp_jax import checkpoint as ckpt_lib
     from gp_jax import factory
@@ -137,7 +139,7 @@ class Predictor(WindowPredictor):
     self.tokenizer = wd.load_tokenizer(workdir)
     mesh = shd.make_mesh(-1, 1)
     self.setup, _ = state_lib.init_model(self.config, self.tokenizer, self.types, mesh, load_weights=False,
-                                         encoder_config=wd.load_encoder_config(workdir))
+                                         encoder_config=wd.load_encoder_config(workdir), platform=platform)
     mngr = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(workdir), keep=1)
     self.step, self.params = ckpt_lib.restore_params(mngr, state_lib.abstract_params(self.setup))
     tagger = factory.tag_scheme(self.config) is not None

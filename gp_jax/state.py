@@ -52,14 +52,16 @@ class Setup:
     return decay
 
 
-def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_config=None):
-  """Returns (Setup, params). `load_weights=False` skips pretrained weights (they will be restored)."""
+def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_config=None, platform=None):
+  """Returns (Setup, params). `load_weights=False` skips pretrained weights (they will be restored); `platform`:
+  the target the precision policy is resolved for (`factory.precision`; default this machine's backend)."""
   num_types = len(types)
   seed = int(config.seed)
   encoder_config = encoder_config or factory.encoder_config(config)
 
   def build(weights):
-    return factory.build_model(config, tokenizer, num_types, seed=seed, load_weights=weights, encoder_config=encoder_config)
+    return factory.build_model(config, tokenizer, num_types, seed=seed, load_weights=weights,
+                               encoder_config=encoder_config, platform=platform)
 
   abstract_model = nnx.eval_shape(lambda: build(False))
   graphdef, abs_params, abs_rest = nnx.split(abstract_model, nnx.Param, ...)

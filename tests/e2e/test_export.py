@@ -102,6 +102,21 @@ def test_artifact_equals_in_process_model(trained):
   np.testing.assert_allclose(hits["score"], want_hits["score"], rtol=1e-5)  # sharded: another summation order
 
 
+def test_export_resolves_the_portable_policy_on_any_host(trained, tmp_path, monkeypatch):
+  """On a TPU host `model.dtype=auto` trains in bfloat16, but an export stays float32 with the XLA attention."""
+  from gp_jax import factory
+
+  workdir, _, _ = trained
+  monkeypatch.setattr(factory, "target_platform", lambda platform=None: platform or "tpu")
+  assert predict.Predictor(workdir).setup.config.model.dtype == "auto"
+  assert factory.precision(predict.Predictor(workdir).config).dtype == "bfloat16"
+  built = []
+  real_build = factory.build_model
+  monkeypatch.setattr(factory, "build_model", lambda *a, **kw: built.append(kw.get("platform")) or real_build(*a, **kw))
+  manifest = export.export_workdir(workdir, str(tmp_path / "out"), platforms=["cpu"])
+  assert manifest["compute_dtype"] == "float32" and set(built) == {export.PORTABLE_POLICY}
+
+
 def test_exported_predicts_without_flax_orbax_ml_collections(trained):
   workdir, out, p = trained
   rows = [{"id": n, "text": t} for n, t in enumerate(TEXTS)]
