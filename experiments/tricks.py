@@ -3,7 +3,9 @@
 GlobalPointer (standard head, RoPE on) with the study's scratch settings, those of experiments/rope_ablation.py
 (char CNN, hidden 128, 4 layers, batch 32; MSRA 2 epochs, CLUENER 2020 10 epochs with max_len 64 and dev only,
 its test split being unlabelled), seeds 0-2, seed-major. The tricks' settings are the common public defaults:
-  EMA  optimizer.ema_decay = 0.999 (evaluation and best/ use the EMA weights)
+  EMA  optimizer.ema_decay = 0.999 with optimizer.ema_warmup (decay min(0.999, (1+t)/(10+t)) at update t, as
+       tf.train.ExponentialMovingAverage with num_updates; without it 0.999^3000 = 5% of the random init would
+       still be in the weights at the end of MSRA's ~3k steps); evaluation and best/ use the EMA weights
   FGM  adversarial.epsilon = 1.0 on the char + bigram embedding output
   PGD  adversarial.steps = 3, epsilon = 1.0, alpha = 0.3
 Every run also tunes the decision threshold on dev (tune_threshold; results.json keeps the F1 at 0 beside it;
@@ -36,6 +38,7 @@ def get_config(arg=None):
   c.adversarial.steps = 3
   c.adversarial.alpha = 0.3
   c.tune_threshold = True
+  c.optimizer.ema_warmup = True  # used by the EMA cells only
   return c
 
 

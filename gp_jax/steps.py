@@ -104,13 +104,23 @@ def adversarial_grads(loss_fn, params, delta0, adv: Adversarial):
   return loss, adv_loss, jax.tree.map(jnp.add, grads, adv_grads), r
 
 
-def ema_update(ema, params, decay: float):
+def ema_decay_at(decay: float, step, *, warmup: bool):
+  """The decay of the update after `step` earlier updates: `decay`, or with `warmup` min(decay, (1+step)/(10+step))
+  (tf.train.ExponentialMovingAverage's num_updates form: early averages forget the random init fast)."""
+  if not warmup:
+    return decay
+  t = jnp.asarray(step, jnp.float32)
+  return jnp.minimum(jnp.float32(decay), (1.0 + t) / (10.0 + t))
+
+
+def ema_update(ema, params, decay):
   """decay * ema + (1 - decay) * params, leaf by leaf."""
   return jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, ema, params)
 
 
 def train_step(state, batch, *, graphdef, rest, tx, loss_kind, block_size=None, step_transform=None,
-               ema_decay: float = 0.0, adversarial: Adversarial | None = None, delta_sharding=None):
+               ema_decay: float = 0.0, ema_warmup: bool = False, adversarial: Adversarial | None = None,
+               delta_sharding=None):
   """One optimizer step; `state` = {params, opt_state, step, rng} (+ ema when `ema_decay`). Pure: jit it
   (`make_train_step`). With `adversarial`, loss = clean + adversarial loss (metrics["adv_loss"] the latter).
 
@@ -147,7 +157,7 @@ def train_step(state, batch, *, graphdef, rest, tx, loss_kind, block_size=None, 
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   new_state = dict(state, params=params, opt_state=opt_state, step=state["step"] + 1)
   if ema_decay:
-    new_state["ema"] = ema_update(state["ema"], params, ema_decay)
+    new_state["ema"] = ema_update(state["ema"], params, ema_decay_at(ema_decay, state["step"], warmup=ema_warmup))
   return new_state, {"loss": loss, "grad_norm": grad_norm, "finite": finite, **extra}
 
 
@@ -174,6 +184,7 @@ def make_train_step(setup, tx, *, loss_kind: str, step_transform=None, donate: b
   state_shard = state_lib.state_shardings(setup, tx)
   fn = functools.partial(train_step, graphdef=setup.graphdef, rest=setup.rest, tx=tx, loss_kind=loss_kind,
                          block_size=setup.block_size, step_transform=step_transform, ema_decay=setup.ema_decay,
+                         ema_warmup=bool(setup.config.optimizer.get("ema_warmup", False)),
                          adversarial=Adversarial.from_config(setup.config),
                          delta_sharding=shd.batch_sharding(setup.mesh, 3))
   return jax.jit(under_mesh(fn, setup.mesh), in_shardings=(state_shard, None),

@@ -80,6 +80,19 @@ def test_ema_is_the_numpy_recurrence_and_leaves_training_alone(data):
   _assert_trees_equal({k: v for k, v in state.items() if k != "ema"}, plain)
 
 
+def test_ema_warmup_is_the_tf_num_updates_recurrence(data):
+  decay = 0.999  # without warm-up three steps would leave the EMA at ~99.7% of the initial parameters
+  init, after, state, _ = _run(ht.tiny_config(**{"optimizer.ema_decay": decay, "optimizer.ema_warmup": True}),
+                               data, 3)
+  want = {k: v.astype(np.float64) for k, v in ht.flat(init).items()}
+  for t, params in enumerate(after):
+    d = min(decay, (1 + t) / (10 + t))
+    want = {k: d * want[k] + (1 - d) * v for k, v in ht.flat(params).items()}
+  got = ht.flat(state["ema"])
+  for k in want:
+    np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-7, err_msg=k)
+
+
 def test_ema_decay_out_of_range_is_refused(data):
   tokenizer, types, _ = data
   setup, _ = state_lib.init_model(ht.tiny_config(**{"optimizer.ema_decay": 1.0}), tokenizer, types,
