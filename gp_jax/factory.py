@@ -16,6 +16,7 @@ from flax import nnx
 from gp_jax import workdir as wd
 from gp_jax.data import windows
 from gp_jax.data.sources import load_records
+from gp_jax.errors import UserError
 from gp_jax.models.heads import HEADS
 from gp_jax.models.ner import NerModel
 from gp_jax.models.taggers import TAGGERS
@@ -171,8 +172,11 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
                          max_span_width=config.data.max_span_width or None, dtype=dtype, rngs=rngs)
   else:
     raise ValueError(f"model.head must be one of {sorted(HEADS) + sorted(TAGGERS)}, got {m.head!r}")
-  return NerModel(encoder, head, tokenizer.feature_names,
-                  loss_implementation=config.loss.get("implementation", "auto"))
+  implementation = config.loss.get("implementation", "auto")
+  if implementation == "pallas" and not (m.head in HEADS and int(config.loss.block_size)):
+    raise UserError("loss.implementation=pallas is the blockwise span loss's kernel: it needs a span head "
+                    f"(got model.head={m.head!r}) and loss.block_size > 0 (got {config.loss.block_size})")
+  return NerModel(encoder, head, tokenizer.feature_names, loss_implementation=implementation)
 
 
 def tag_scheme(config) -> str | None:

@@ -50,3 +50,14 @@ def test_kernel_runs_under_shard_map_only_with_a_mesh():
     assert "shard_map" in jaxpr("pallas") and "pallas_call" in jaxpr("pallas")
     assert "shard_map" not in jaxpr("xla")
   assert "shard_map" not in jaxpr("pallas") and "pallas_call" in jaxpr("pallas")
+
+
+@pytest.mark.parametrize("overrides", [{"loss.block_size": 0}, {"model.head": "crf"}])
+def test_pallas_without_the_blockwise_span_loss_is_refused(overrides):
+  from gp_jax import state as state_lib
+  from gp_jax.errors import UserError
+
+  tokenizer, types, _ = ht.train_batches(ht.tiny_config(), 1)
+  config = ht.tiny_config(**{"loss.block_size": 16, "loss.implementation": "pallas", **overrides})
+  with pytest.raises(UserError, match="loss.implementation=pallas"):
+    state_lib.init_model(config, tokenizer, types, shd.make_mesh(-1, 1))
