@@ -137,11 +137,16 @@ def _version() -> str | None:
 
 
 def export_workdir(workdir, out, *, fmt: str = "stablehlo", platforms=None, hit_buffer: int = DEFAULT_HIT_BUFFER,
-                   batch_size: int = 0) -> dict:
-  """Restores `workdir` (as predict does) and writes the serving folder `out`; returns the manifest."""
+                   batch_size: int = 0, threshold: float | None = None) -> dict:
+  """Restores `workdir` (as predict does) and writes the serving folder `out`; returns the manifest. `threshold`:
+  the folder's default (None: the workdir's dev-tuned one, else 0)."""
   from gp_jax import factory, predict  # pylint: disable=g-import-not-at-top
+  from gp_jax.errors import UserError  # pylint: disable=g-import-not-at-top
 
-  p = predict.Predictor(workdir, platform=PORTABLE_POLICY)
+  try:
+    p = predict.Predictor(workdir, threshold=threshold, platform=PORTABLE_POLICY, attention="xla")
+  except UserError as e:
+    raise ExportError(str(e)) from None
   return export_model(p.setup, p.params, out, fmt=fmt, platforms=platforms, hit_buffer=hit_buffer,
                       batch_size=batch_size, threshold=p.threshold,
                       extra={"step": int(p.step), "source_workdir": os.fspath(workdir),
@@ -222,7 +227,7 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
 def _define_flags():
   from absl import flags  # pylint: disable=g-import-not-at-top
 
-  from gp_jax import predict  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (defines --workdir, --batch_size)
+  from gp_jax import predict  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (defines --workdir, --batch_size, --threshold)
 
   flags.DEFINE_string("out", None, "Folder to write, local or gs://.")
   flags.DEFINE_enum("format", "stablehlo", sorted(MODEL_FILES), "Serialized artifact format.")
@@ -244,7 +249,8 @@ def main(argv, flags_):
     if not (storage.path(flags_.workdir) / "config.json").exists():
       raise ExportError(f"{flags_.workdir}: not a training workdir (no config.json)")
     manifest = export_workdir(flags_.workdir, flags_.out, fmt=flags_.format, platforms=flags_.platforms or None,
-                              hit_buffer=flags_.hit_buffer, batch_size=flags_.batch_size)
+                              hit_buffer=flags_.hit_buffer, batch_size=flags_.batch_size,
+                              threshold=flags_.threshold)
   except ExportError as e:
     print(f"gp_jax.export: {e}", file=sys.stderr)
     sys.exit(2)

@@ -173,9 +173,11 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
   else:
     raise ValueError(f"model.head must be one of {sorted(HEADS) + sorted(TAGGERS)}, got {m.head!r}")
   implementation = config.loss.get("implementation", "auto")
-  if implementation == "pallas" and not (m.head in HEADS and int(config.loss.block_size)):
+  if implementation == "pallas" and not (m.head in HEADS and int(config.loss.block_size)
+                                          and config.loss.kind == "sparse_zlpr"):
     raise UserError("loss.implementation=pallas is the blockwise span loss's kernel: it needs a span head "
-                    f"(got model.head={m.head!r}) and loss.block_size > 0 (got {config.loss.block_size})")
+                    f"(got model.head={m.head!r}), loss.block_size > 0 (got {config.loss.block_size}) and "
+                    f"loss.kind=sparse_zlpr (got {config.loss.kind!r})")
   return NerModel(encoder, head, tokenizer.feature_names, loss_implementation=implementation)
 
 

@@ -124,8 +124,9 @@ class Predictor(WindowPredictor):
   """A trained model restored from a workdir: parameters only (best by dev F1, else the latest)."""
 
   def __init__(self, workdir: str, *, batch_size: int = 0, threshold: float | None = None,
-               platform: str | None = None):
-    """`platform`: the target the precision policy resolves for (default this machine's backend)."""
+               platform: str | None = None, attention: str | None = None):
+    """`platform`: the target the precision policy resolves for (default this machine's backend); `attention`:
+    overrides the run's model.attention (export takes "xla", the path every platform lowers)."""
     # pylint: disable=g-import-not-at-top
     from gp_jax import checkpoint as ckpt_lib
     from gp_jax import factory
@@ -135,6 +136,8 @@ class Predictor(WindowPredictor):
     from gp_jax.steps import HitDecoder
 
     self.config = wd.load_config(workdir)
+    if attention is not None:
+      self.config.model.attention = attention
     self.types = wd.load_types(workdir)
     self.tokenizer = wd.load_tokenizer(workdir)
     mesh = shd.make_mesh(-1, 1)

@@ -20,6 +20,8 @@ import numpy as np
 
 from gp_jax import storage
 from gp_jax.data import batching, merge, windows
+# UserError: bad flags, input or config; gp_jax.predict's main prints it as one line and exits with status 2.
+from gp_jax.errors import UserError
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -30,10 +32,6 @@ OUTPUTS = ("count", "coords", "hit_scores", "scores")
 
 class ExportError(Exception):
   """A workdir or folder that cannot be exported or loaded; the message is one line for the user."""
-
-
-class UserError(Exception):
-  """Bad flags or input; gp_jax.predict's main prints the message as one line and exits with status 2."""
 
 
 # ----------------------------------------------------------------------------- loading

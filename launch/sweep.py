@@ -4,7 +4,7 @@ Run folders are `<arg>/<overrides>` under the sweep's root, e.g. `dataset=cluene
 so two `:arg`s of one experiment never share a folder. Names keep only filesystem-safe characters; a part that
 had to be changed gets a short hash of the original, so two different points never map to one folder.
 
-  python -m launch.sweep finished WORKDIR   # exit 0 when WORKDIR/results.json says "finished" (queue scripts)
+  python -m launch.sweep finished WORKDIR   # exit 0 when WORKDIR/results.json says "finished" (shell scripts)
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def test_kernel_runs_under_shard_map_only_with_a_mesh():
   assert "shard_map" not in jaxpr("pallas") and "pallas_call" in jaxpr("pallas")
 
 
-@pytest.mark.parametrize("overrides", [{"loss.block_size": 0}, {"model.head": "crf"}])
+@pytest.mark.parametrize("overrides", [{"loss.block_size": 0}, {"model.head": "crf"}, {"loss.kind": "zlpr"}])
 def test_pallas_without_the_blockwise_span_loss_is_refused(overrides):
   from gp_jax import state as state_lib
   from gp_jax.errors import UserError

@@ -5,6 +5,7 @@ formats, threshold, streaming, user errors and gs:// paths; imports go export ->
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -115,6 +116,22 @@ def test_export_resolves_the_portable_policy_on_any_host(trained, tmp_path, monk
   monkeypatch.setattr(factory, "build_model", lambda *a, **kw: built.append(kw.get("platform")) or real_build(*a, **kw))
   manifest = export.export_workdir(workdir, str(tmp_path / "out"), platforms=["cpu"])
   assert manifest["compute_dtype"] == "float32" and set(built) == {export.PORTABLE_POLICY}
+
+
+def test_export_cli_threshold_wins_and_fused_attention_exports_as_xla(trained, tmp_path):
+  workdir, _, _ = trained
+  out = tmp_path / "cli"
+  proc = _run([sys.executable, "-m", "gp_jax.export", f"--workdir={workdir}", f"--out={out}", "--threshold=0.7"])
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert json.loads((out / "manifest.json").read_text())["threshold"] == 0.7
+  # A run trained with splash attention (a TPU kernel) still exports: the folder gets the XLA attention.
+  splash = tmp_path / "splash"
+  shutil.copytree(workdir, splash)
+  config = json.loads((splash / "config.json").read_text())
+  config["model"]["attention"] = "splash"
+  (splash / "config.json").write_text(json.dumps(config))
+  manifest = export.export_workdir(str(splash), str(tmp_path / "splash_out"), platforms=["cpu"])
+  assert manifest["compute_dtype"] == "float32" and manifest["step"] > 0
 
 
 def test_exported_predicts_without_flax_orbax_ml_collections(trained):
