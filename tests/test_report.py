@@ -492,3 +492,28 @@ def test_by_length_bucket_without_gold_is_empty_not_zero(tmp_path):
   labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
   gold_2 = res["dev"]["by_length"]["2"]["gold"]
   assert labels[:2] == ["1\n0 gold", f"2\n{gold_2} gold"]
+
+
+def test_trick_runs_are_their_own_cells_and_compared_with_plain(tmp_path):
+  from launch.report import runs as runs_lib
+  from launch.report import stats
+
+  root = str(tmp_path / "runs")
+  cells = {"plain": {}, "fgm+ema": {"adversarial": {"kind": "fgm", "epsilon": 1.0}, "optimizer": {"ema_decay": 0.999}},
+           "pgd": {"adversarial": {"kind": "pgd", "epsilon": 1.0}}}
+  for seed in (0, 1):
+    for name, extra in cells.items():
+      _with_counts(root, f"{name}{seed}", rope=True, seed=seed, tp=[2, seed, 1], fp=[0, 1, len(name) % 2], fn=[1, 0, 0])
+      path = os.path.join(root, f"{name}{seed}", "config.json")
+      config = json.load(open(path))
+      json.dump({**config, **extra}, open(path, "w"))
+  assert runs_lib.trick_of({"adversarial": {"kind": "fgm", "epsilon": 0.0}}) == "plain"  # epsilon 0: the plain step
+  summary = report.summarize(report.collect(root))
+  assert sorted((g["trick"], g["n"]) for g in summary) == [("fgm+ema", 2), ("pgd", 2), ("plain", 2)]
+  rows = {r["what"]: r for r in stats.significance(summary, resamples=200)}
+  assert sorted(rows) == ["fgm+ema vs plain (standard, RoPE)", "pgd vs plain (standard, RoPE)"]
+  assert report.groups_table(summary).startswith("| dataset | encoder | head | RoPE | tricks | n |")
+  # Two runs of one seed in a cell (two sweeps reported together without the key they differ in) is refused.
+  _with_counts(root, "plain0_again", rope=True, seed=0, tp=[1, 1, 1], fp=[0, 0, 0], fn=[0, 0, 0])
+  with pytest.raises(ValueError, match="share a seed"):
+    stats.significance(report.summarize(report.collect(root)), resamples=10)

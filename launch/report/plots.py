@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import statistics
 
-from launch.report.runs import NO_ROPE, TAGGER
+from launch.report.runs import NO_ROPE, PLAIN, TAGGER
 from launch.report.stats import gold_by_length, length_buckets, pooled_by_length
 
 ROPE_STYLE = {  # rope -> (label, bar colour, line style)
@@ -251,9 +251,16 @@ def _save(fig, path: str):
   epath.Path(path).write_bytes(buf.getvalue())
 
 
+def _trick_heads(summary: list[dict]) -> list[dict]:
+  """Groups of runs with training tricks get their own head label ("standard [fgm+ema]"), so the figures keep
+  them apart from the plain runs of the same head."""
+  return [{**g, "head": f"{g['head']} [{g['trick']}]"} if g.get("trick", PLAIN) != PLAIN else g for g in summary]
+
+
 def write_plots(rows: list[dict], summary: list[dict], prefix: str) -> list[tuple[str, str]]:
   """Writes the figures; returns (title, file name) of each for the markdown links."""
   plt = _pyplot()
+  summary = _trick_heads(summary)
   name = prefix.rstrip("/").split("/")[-1]
   out = []
   for title, suffix, make in (("F1 per dataset, head and RoPE", "_f1.png", lambda p: plot_f1(summary, p)),

@@ -9,6 +9,7 @@ from launch import sweep
 
 _RUN_FILES = ("config.json", "results.json")
 _MAX_DEPTH = 8
+PLAIN = "plain"  # run without training tricks
 SPAN, TAGGER = "span", "tagger"  # results.json head_kind
 NO_ROPE = "n/a"  # tagger heads have no RoPE; their config's use_rope is ignored
 
@@ -120,6 +121,16 @@ def dev_history(path, results: dict | None, spe: float | None) -> tuple[list[dic
   return hist, ("metrics.jsonl" if hist else None)
 
 
+def trick_of(config: dict) -> str:
+  """The training tricks a run used (experiments/tricks.py): "plain", "ema", "fgm", "pgd", "fgm+ema", "pgd+ema".
+  Configs from before the tricks existed are "plain"."""
+  kind = (config.get("adversarial") or {}).get("kind", "none")
+  epsilon = (config.get("adversarial") or {}).get("epsilon", 0.0)
+  ema = float((config.get("optimizer") or {}).get("ema_decay", 0.0) or 0.0) > 0
+  parts = ([kind] if kind not in ("none", None) and epsilon else []) + (["ema"] if ema else [])
+  return "+".join(parts) or PLAIN
+
+
 def collect(roots) -> list[dict]:
   """One dict per run folder: run, status, group key fields, results (None if absent), training length, history."""
   if isinstance(roots, str):
@@ -144,6 +155,7 @@ def collect(roots) -> list[dict]:
           "rope": NO_ROPE if kind == TAGGER else model.get("use_rope", "?"),
           "seed": config.get("seed"),
           "max_len": data.get("max_len"),
+          "trick": trick_of(config),
           "results": results,
           "head_kind": kind,
           "length_buckets": length_buckets_of(results),

@@ -10,6 +10,7 @@ import statistics
 import numpy as np
 
 from launch import sweep
+from launch.report.runs import PLAIN
 
 GROUP_KEYS = ("dataset", "encoder", "head", "rope")  # and "max_len" when a dataset's runs differ in it (group_keys)
 # (column, getter on results.json); F1/P/R are fractions in results.json and shown in %.
@@ -33,12 +34,16 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
 
 
 def group_keys(rows: list[dict]) -> tuple[str, ...]:
-  """GROUP_KEYS, plus "max_len" when finished runs of one dataset differ in it (e.g. length arms of a study)."""
+  """GROUP_KEYS, plus "max_len" when finished runs of one dataset differ in it (e.g. length arms of a study), plus
+  "trick" when some finished run used training tricks (EMA, FGM, PGD: experiments/tricks.py)."""
   lengths: dict[str, set] = {}
+  tricks = set()
   for row in rows:
     if row["status"] == sweep.FINISHED:
       lengths.setdefault(row["dataset"], set()).add(row.get("max_len"))
-  return GROUP_KEYS + (("max_len",) if any(len(v) > 1 for v in lengths.values()) else ())
+      tricks.add(row.get("trick", PLAIN))
+  return (GROUP_KEYS + (("max_len",) if any(len(v) > 1 for v in lengths.values()) else ())
+          + (("trick",) if tricks - {PLAIN} else ()))
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -204,15 +209,18 @@ def _context(g: dict) -> tuple:
 
 def comparisons(summary: list[dict]) -> list[tuple[dict, dict, str]]:
   """(group A, group B, what) for the study's comparisons, within one dataset x encoder (x max_len): RoPE on vs
-  off per head; GP (standard head, with RoPE) vs CRF; EGP (efficient) vs GP with and without RoPE."""
-  cells = {(_context(g), g["head"], g["rope"]): g for g in summary}
+  off per head; GP (standard head, with RoPE) vs CRF; EGP (efficient) vs GP with and without RoPE (all among runs
+  without tricks); and each training trick against the plain runs of the same head and RoPE."""
+  cells = {(_context(g), g["head"], g["rope"], g.get("trick", PLAIN)): g for g in summary}
   out = []
   for ctx in sorted({_context(g) for g in summary}, key=lambda c: tuple(map(str, c))):
-    heads = sorted({h for (c, h, _) in cells if c == ctx})
-    pairs = [((h, "True"), (h, "False"), f"RoPE on vs off ({h})") for h in heads]
-    pairs += [(("standard", "True"), ("crf", "n/a"), "GP vs CRF (GP with RoPE)")]
-    pairs += [(("efficient", r), ("standard", r), f"EGP vs GP ({'RoPE' if r == 'True' else 'no RoPE'})")
+    heads = sorted({h for (c, h, _, t) in cells if c == ctx and t == PLAIN})
+    pairs = [((h, "True", PLAIN), (h, "False", PLAIN), f"RoPE on vs off ({h})") for h in heads]
+    pairs += [(("standard", "True", PLAIN), ("crf", "n/a", PLAIN), "GP vs CRF (GP with RoPE)")]
+    pairs += [(("efficient", r, PLAIN), ("standard", r, PLAIN), f"EGP vs GP ({'RoPE' if r == 'True' else 'no RoPE'})")
               for r in ("True", "False")]
+    pairs += [((h, r, t), (h, r, PLAIN), f"{t} vs plain ({h}, {'RoPE' if r == 'True' else 'no RoPE'})")
+              for (c, h, r, t) in sorted(cells, key=lambda k: tuple(map(str, k))) if c == ctx and t != PLAIN]
     out += [(cells[(ctx, *a)], cells[(ctx, *b)], what) for a, b, what in pairs
             if (ctx, *a) in cells and (ctx, *b) in cells]
   return out
@@ -234,6 +242,9 @@ def significance(summary: list[dict], *, resamples: int = BOOTSTRAP_RESAMPLES) -
   for a, b, what in comparisons(summary):
     by_seed_a = {m["seed"]: m["results"] for m in a["members"]}
     by_seed_b = {m["seed"]: m["results"] for m in b["members"]}
+    if len(by_seed_a) < len(a["members"]) or len(by_seed_b) < len(b["members"]):
+      raise ValueError(f"{what}: two runs of one cell share a seed ({a['runs'] + b['runs']}); the cells' runs must "
+                       "differ in seed only (report each sweep apart, or add the key they differ in)")
     seeds = sorted((set(by_seed_a) & set(by_seed_b)) - {None}, key=str)
     if not seeds:
       continue

@@ -21,13 +21,15 @@ def fmt_cell(col: str, mean, std, count: int, n: int) -> str:
 
 
 def _key_cells(g: dict) -> list[str]:
-  return [g["dataset"], g["encoder"], *([g["max_len"]] if "max_len" in g else []), g["head"], g["rope"], str(g["n"])]
+  return [g["dataset"], g["encoder"], *([g["max_len"]] if "max_len" in g else []), g["head"], g["rope"],
+          *([g["trick"]] if "trick" in g else []), str(g["n"])]
 
 
 def _key_header(summary: list[dict]) -> list[str]:
   """Column names of `_key_cells`: max_len only when the groups are split by it."""
   max_len = ["max_len"] if any("max_len" in g for g in summary) else []
-  return ["dataset", "encoder", *max_len, "head", "RoPE", "n"]
+  trick = ["tricks"] if any("trick" in g for g in summary) else []
+  return ["dataset", "encoder", *max_len, "head", "RoPE", *trick, "n"]
 
 
 def _row(cells) -> str:
