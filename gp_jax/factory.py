@@ -173,6 +173,10 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
   else:
     raise ValueError(f"model.head must be one of {sorted(HEADS) + sorted(TAGGERS)}, got {m.head!r}")
   implementation = config.loss.get("implementation", "auto")
+  if implementation == "auto":  # resolved for the target platform, not the machine that traces
+    from gp_jax.ops.blockwise import PALLAS_FASTER_ON  # pylint: disable=g-import-not-at-top
+
+    implementation = "pallas" if policy.platform in PALLAS_FASTER_ON and int(config.loss.block_size) else "xla"
   if implementation == "pallas" and not (m.head in HEADS and int(config.loss.block_size)
                                           and config.loss.kind == "sparse_zlpr"):
     raise UserError("loss.implementation=pallas is the blockwise span loss's kernel: it needs a span head "

@@ -61,3 +61,16 @@ def test_pallas_without_the_blockwise_span_loss_is_refused(overrides):
   config = ht.tiny_config(**{"loss.block_size": 16, "loss.implementation": "pallas", **overrides})
   with pytest.raises(UserError, match="loss.implementation=pallas"):
     state_lib.init_model(config, tokenizer, types, shd.make_mesh(-1, 1))
+
+
+def test_auto_resolves_for_the_target_platform(monkeypatch):
+  """`loss.implementation=auto` follows the platform the model is built for (a TPU export made on this CPU)."""
+  from gp_jax import factory
+  from gp_jax.ops import blockwise
+
+  tokenizer, types, _ = ht.train_batches(ht.tiny_config(), 1)
+  config = ht.tiny_config(**{"loss.block_size": 16})
+  build = lambda platform: factory.build_model(config, tokenizer, len(types), platform=platform)  # noqa: E731
+  assert build("cpu").loss_implementation == build("tpu").loss_implementation == "xla"
+  monkeypatch.setattr(blockwise, "PALLAS_FASTER_ON", frozenset({"tpu"}))
+  assert (build("cpu").loss_implementation, build("tpu").loss_implementation) == ("xla", "pallas")

@@ -349,7 +349,8 @@ def blockwise_zlpr_loss(
 def _use_pallas(implementation: str) -> bool:
   if implementation not in ("auto", "xla", "pallas"):
     raise ValueError(f"implementation must be 'auto', 'xla' or 'pallas', got {implementation!r}")
-  # auto: decided on the tracing machine's backend, the only one it can know before lowering.
+  # auto: decided on the tracing machine's backend, the only one the op can know; the model resolves "auto" for
+  # its target platform before it gets here (factory.build_model).
   return implementation == "pallas" or (implementation == "auto" and jax.default_backend() in PALLAS_FASTER_ON)
 
 
