@@ -21,9 +21,8 @@ def test_pallas_step_matches_xla_step(head, data, fsdp):
   mesh = shd.make_mesh(data, fsdp)
   tokenizer, types, batches = ht.train_batches(config("xla", head), 2)
   results = {}
-  for implementation in ("xla", "pallas"):
-    with jax.set_mesh(mesh):  # the head reads the batch axes of the context mesh
-      results[implementation] = ht.run_train_steps(config(implementation, head), tokenizer, types, batches, mesh)
+  for implementation in ("xla", "pallas"):  # no jax.set_mesh: the trainer's step traces under its mesh itself
+    results[implementation] = ht.run_train_steps(config(implementation, head), tokenizer, types, batches, mesh)
   (_, xla_first, _, xla_losses), (_, pallas_first, _, pallas_losses) = results["xla"], results["pallas"]
   np.testing.assert_allclose(pallas_losses, xla_losses, rtol=1e-5)
   want, got = ht.flat(xla_first["params"]), ht.flat(pallas_first["params"])
@@ -74,3 +73,21 @@ def test_auto_resolves_for_the_target_platform(monkeypatch):
   assert build("cpu").loss_implementation == build("tpu").loss_implementation == "xla"
   monkeypatch.setattr(blockwise, "PALLAS_FASTER_ON", frozenset({"tpu"}))
   assert (build("cpu").loss_implementation, build("tpu").loss_implementation) == ("xla", "pallas")
+
+
+def test_the_trainers_step_puts_the_kernel_under_shard_map():
+  """`steps.make_train_step` traces under the setup's mesh (`steps.under_mesh`), so the head finds the batch axes
+  without a `jax.set_mesh` around the training loop."""
+  from gp_jax import state as state_lib
+  from gp_jax import steps
+  from gp_jax.optim import make_optimizer
+
+  mesh = shd.make_mesh(8, 1)
+  cfg = config("pallas", "standard")
+  tokenizer, types, batches = ht.train_batches(cfg, 1)
+  setup, params = state_lib.init_model(cfg, tokenizer, types, mesh)
+  tx, _ = make_optimizer(cfg.optimizer, 100, params)
+  state = state_lib.init_train_state(setup, params, tx, seed=0)
+  step_fn = steps.make_train_step(setup, tx, loss_kind=cfg.loss.kind, donate=False)
+  jaxpr = str(jax.make_jaxpr(step_fn)(state, shd.global_batch(batches[0], mesh)))
+  assert "shard_map" in jaxpr and "pallas_call" in jaxpr

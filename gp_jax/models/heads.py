@@ -31,7 +31,8 @@ def _batch_sharded(loss, inputs):
   inputs = {name: x for name, x in inputs.items() if x is not None}
   if shards <= 1 or inputs["q_BLHD"].shape[0] % shards:
     if mesh.empty and jax.device_count() > 1:  # correct, but a Mosaic kernel then is not split by batch
-      logging.getLogger(__name__).warning("Pallas span loss on %d devices without jax.set_mesh: not batch-sharded",
+      logging.getLogger(__name__).warning("Pallas span loss on %d devices without a context mesh (jax.set_mesh, "
+                                          "steps.under_mesh): not batch-sharded",
                                           jax.device_count())
     return loss(**inputs)
   spec = P(axes)
