@@ -129,10 +129,12 @@ def test_built_for_tpu_computes_in_bf16_with_f32_params_and_scores(encoder):
 
 
 def _old_config_json(config) -> dict:
-  """`config` as a workdir written before this policy saved it: dtype float32, no attention keys."""
+  """`config` as a workdir written before this policy saved it: dtype float32, and none of the keys added since
+  (attention, the Pallas loss, EMA, adversarial training, the tuned threshold)."""
   d = json.loads(config.to_json_best_effort())
   d["model"]["dtype"] = "float32"
-  del d["model"]["attention"], d["model"]["attention_dropout"]
+  del d["model"]["attention"], d["model"]["attention_dropout"], d["loss"]["implementation"]
+  del d["optimizer"]["ema_decay"], d["optimizer"]["ema_warmup"], d["adversarial"], d["tune_threshold"]
   return d
 
 
