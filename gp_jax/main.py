@@ -9,6 +9,7 @@ A second live run on the same DIR refuses to start (exit 2, naming the holder): 
 DIR/../_launch/leases/ (gp_jax/lease.py).
 """
 
+import os
 import sys
 
 from absl import app, flags
@@ -72,7 +73,13 @@ def main(argv):
     import logging  # pylint: disable=g-import-not-at-top
 
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # Orbax's failed writes, logged again at teardown
-    _exit_with(f"storage full: {full}. {_last_checkpoint(_WORKDIR.value)}")
+    print(f"error: storage full: {full}. {_last_checkpoint(_WORKDIR.value)}", file=sys.stderr)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # No interpreter teardown: the failed save's background threads would print "Event loop is closed"
+    # tracebacks after the one line (seen under load). Every write that could still succeed is done.
+    os._exit(2)
 
 
 def _last_checkpoint(workdir) -> str:
