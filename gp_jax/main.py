@@ -73,7 +73,8 @@ def main(argv):
     import logging  # pylint: disable=g-import-not-at-top
 
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # Orbax's failed writes, logged again at teardown
-    print(f"error: storage full: {full}. {_last_checkpoint(_WORKDIR.value)}", file=sys.stderr)
+    sys.stderr.flush()  # the failed save's threads may have printed a partial line: ours starts a new one
+    print(f"\nerror: storage full: {full}. {_last_checkpoint(_WORKDIR.value)}", file=sys.stderr, flush=True)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
