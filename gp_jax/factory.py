@@ -19,6 +19,7 @@ from gp_jax.data.sources import load_records
 from gp_jax.errors import UserError
 from gp_jax.models.heads import HEADS
 from gp_jax.models.ner import NerModel
+from gp_jax.ops import blockwise
 from gp_jax.models.taggers import TAGGERS
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,21 @@ def scratch_config(config, tokenizer, *, platform: str | None = None):
   )
 
 
+def loss_implementation(config, platform: str) -> str:
+  """`loss.implementation` for the target `platform`: "auto" is pallas where `PALLAS_FASTER_ON` lists it (with the
+  blockwise loss), else xla. UserError when pallas is asked for without the blockwise span loss."""
+  m = config.model
+  implementation = config.loss.get("implementation", "auto")
+  if implementation == "auto":  # resolved for the target platform, not the machine that traces
+    implementation = "pallas" if platform in blockwise.PALLAS_FASTER_ON and int(config.loss.block_size) else "xla"
+  if implementation == "pallas" and not (m.head in HEADS and int(config.loss.block_size)
+                                          and config.loss.kind == "sparse_zlpr"):
+    raise UserError("loss.implementation=pallas is the blockwise span loss's kernel: it needs a span head "
+                    f"(got model.head={m.head!r}), loss.block_size > 0 (got {config.loss.block_size}) and "
+                    f"loss.kind=sparse_zlpr (got {config.loss.kind!r})")
+  return implementation
+
+
 def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weights: bool = True,
                 encoder_config: dict | None = None, platform: str | None = None) -> NerModel:
   """Builds the NER model for the target `platform` (default: this machine's backend; see `precision`). With
@@ -172,17 +188,8 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
                          max_span_width=config.data.max_span_width or None, dtype=dtype, rngs=rngs)
   else:
     raise ValueError(f"model.head must be one of {sorted(HEADS) + sorted(TAGGERS)}, got {m.head!r}")
-  implementation = config.loss.get("implementation", "auto")
-  if implementation == "auto":  # resolved for the target platform, not the machine that traces
-    from gp_jax.ops.blockwise import PALLAS_FASTER_ON  # pylint: disable=g-import-not-at-top
-
-    implementation = "pallas" if policy.platform in PALLAS_FASTER_ON and int(config.loss.block_size) else "xla"
-  if implementation == "pallas" and not (m.head in HEADS and int(config.loss.block_size)
-                                          and config.loss.kind == "sparse_zlpr"):
-    raise UserError("loss.implementation=pallas is the blockwise span loss's kernel: it needs a span head "
-                    f"(got model.head={m.head!r}), loss.block_size > 0 (got {config.loss.block_size}) and "
-                    f"loss.kind=sparse_zlpr (got {config.loss.kind!r})")
-  return NerModel(encoder, head, tokenizer.feature_names, loss_implementation=implementation)
+  return NerModel(encoder, head, tokenizer.feature_names,
+                  loss_implementation=loss_implementation(config, policy.platform))
 
 
 def tag_scheme(config) -> str | None:
