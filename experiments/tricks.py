@@ -11,8 +11,13 @@ its test split being unlabelled), seeds 0-2, seed-major. The tricks' settings ar
 Every run also tunes the decision threshold on dev (tune_threshold; results.json keeps the F1 at 0 beside it;
 on CLUENER the tuned figure is a dev figure chosen on dev, so only the F1 at 0 compares without bias).
 
-  python -m launch.local --config=experiments/tricks.py:dataset=msra --workdir=docs/study/tricks_msra
-  python -m launch.local --config=experiments/tricks.py:dataset=cluener2020 --workdir=docs/study/tricks_cluener2020
+  python -m launch.local --config=experiments/tricks.py:dataset=msra --workdir=runs/tricks_msra
+  python -m launch.local --config=experiments/tricks.py:dataset=cluener2020 --workdir=runs/tricks_cluener2020
+  python -m launch.report runs/tricks_msra runs/tricks_cluener2020 --out docs/figures/tricks
+
+Report these runs apart from the RoPE study's: their plain cells repeat seeds of its MSRA and CLUENER GP cells, and
+the report refuses two runs of one cell with the same seed. docs/study/tricks_* keep each finished run's
+config.json and results.json.
 """
 
 from experiments import rope_ablation
