@@ -139,7 +139,7 @@ def plot_f1(summary: list[dict], path: str | None = None):
         ax.text(xb, 1.5, f"n={len(seeds)}", ha="center", va="bottom", fontsize=8, color="white", fontweight="bold")
         top = max(top, hi)
     ax.set_xticks(range(len(slots)))
-    ax.set_xticklabels([f"{e}/{h}" if several else h for e, h in slots], fontsize=10)
+    ax.set_xticklabels([(f"{e}/{h}" if several else h).replace(" [", "\n[") for e, h in slots], fontsize=10)
     ax.set_xlim(-0.6, len(slots) - 0.4)
     ax.set_ylim(0, min(105.0, max(10.0, top * 1.12)))
     ax.set_title(f"{ds}: {split} F1 ({_encoders(groups)} encoder)", fontsize=11)
@@ -152,8 +152,9 @@ def plot_f1(summary: list[dict], path: str | None = None):
   if handles:
     dot = plt.Line2D([], [], marker="o", color="black", linestyle="", markersize=4, label="one seed")
     fig.legend(handles=handles + [dot], loc="upper center", ncol=len(handles) + 1, fontsize=10, frameon=False)
-  fig.suptitle("F1 per dataset: bar = mean over seeds, dots = seeds, n = seeds", fontsize=11, y=0.96)
-  fig.tight_layout(rect=(0, 0, 1, 0.935))
+  height = fig.get_figheight()  # the legend and title take a fixed height in inches above the panels
+  fig.suptitle("F1 per dataset: bar = mean over seeds, dots = seeds, n = seeds", fontsize=11, y=1 - 0.5 / height)
+  fig.tight_layout(rect=(0, 0, 1, 1 - 0.85 / height))
   if path:
     _save(fig, path)
   return fig
@@ -191,7 +192,7 @@ def plot_by_length(rows: list[dict], summary: list[dict], path: str | None = Non
     ax.set_ylabel("dev F1 (%), pooled over seeds", fontsize=10)
     ax.grid(alpha=0.3)
   _cell_legend(fig, plt, summary)
-  fig.tight_layout(rect=(0, 0, 1, 0.94))
+  fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / fig.get_figheight()))
   if path:
     _save(fig, path)
   return fig
