@@ -1,4 +1,4 @@
-"""Step time of the training tricks (issue 33): plain vs EMA vs FGM vs PGD train steps, in alternating rounds.
+"""Step time of the training tricks (issue 33): plain, EMA, FGM, FGM + EMA and PGD train steps, in alternating rounds.
 
 The study's config (`experiments/tricks.py`, dataset=msra: scratch char CNN, hidden 128, 4 layers, batch 32, GP
 with RoPE) with the main job's vocabulary sizes, on a synthetic batch per padded length (rows of random length in
@@ -20,7 +20,7 @@ from gp_jax import runtime
 
 # variant -> config overrides (experiments/tricks.py's settings for each trick)
 VARIANTS = {"plain": {}, "ema": {"optimizer.ema_decay": 0.999}, "fgm": {"adversarial.kind": "fgm"},
-            "pgd": {"adversarial.kind": "pgd"}}
+            "fgm+ema": {"adversarial.kind": "fgm", "optimizer.ema_decay": 0.999}, "pgd": {"adversarial.kind": "pgd"}}
 
 
 def study_config(tiny: bool):
