@@ -16,7 +16,7 @@ target, no log prefix:
 
 The `loss` target is the span loss + gradient with the fused Pallas ZLPR kernel (`loss.implementation=pallas`,
 benchmarks/lowering_loss.py) at the same batch and length: 3 Mosaic kernels on tpu (forward, dq and dk passes),
-the interpreted kernel (no custom call) elsewhere.
+refused on cuda (no GPU body: it would run the Pallas interpreter), the interpreted kernel (no custom call) on cpu.
 
 "custom calls" counts kernel calls in the exported module (Pallas/Mosaic `tpu_custom_call`, cuDNN attention);
 sharding annotations are not counted. cuDNN attention cannot be traced without a GPU (jaxlib raises "cuDNN is
@@ -257,7 +257,8 @@ def loss_target(problem: Problem, platform: str) -> list[str]:
 loss_target.__name__ = "loss"
 TARGETS = [step_target("train_step", lower_train_step, train=True),
            step_target("eval_step", lower_eval_step, train=False), loss_target]
-KNOWN = ("exceeds the", "is not a multiple of", "must be divisible")  # user-input errors, reported as reasons
+# user-input errors and refusals (gp_jax.ops.blockwise.PALLAS_GPU_REFUSED), reported as reasons
+KNOWN = ("exceeds the", "is not a multiple of", "must be divisible", "has no GPU kernel")
 
 
 def run(problem: Problem, platforms, targets=None) -> tuple[list[str], bool]:

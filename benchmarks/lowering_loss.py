@@ -43,9 +43,16 @@ def export_loss(platform: str, *, head="efficient", B=2, L=300, H=3, d=64, K=4, 
 def loss_lines(platforms=("tpu",), **kwargs) -> list[str]:
   """One line per platform: `tpu loss: lowered (pallas, 3 tpu_custom_call)` or `... : not lowered: REASON`.
 
-  The loss + gradient holds three kernels: the forward and the backward's dq and dk passes."""
+  The loss + gradient holds three kernels: the forward and the backward's dq and dk passes. A GPU target is refused
+  (`blockwise.pallas_refusal`: no GPU body)."""
+  from gp_jax.ops import blockwise  # pylint: disable=g-import-not-at-top
+
   lines = []
   for platform in platforms:
+    refusal = blockwise.pallas_refusal(platform)
+    if refusal:
+      lines.append(f"{platform} loss: not lowered: refused: {refusal}")
+      continue
     try:
       text = export_loss(platform, **kwargs).mlir_module()
     except Exception as e:  # pylint: disable=broad-except

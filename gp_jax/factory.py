@@ -152,6 +152,9 @@ def loss_implementation(config, platform: str) -> str:
     raise UserError("loss.implementation=pallas is the blockwise span loss's kernel: it needs a span head "
                     f"(got model.head={m.head!r}), loss.block_size > 0 (got {config.loss.block_size}) and "
                     f"loss.kind=sparse_zlpr (got {config.loss.kind!r})")
+  refusal = blockwise.pallas_refusal(platform) if implementation == "pallas" else None
+  if refusal:
+    raise UserError(refusal)
   return implementation
 
 

@@ -19,6 +19,13 @@ Threefry on CPU. JAX lowers the threefry2x32 hash (every dropout mask, every `ja
 `configure()` registers the unrolled lowering JAX uses on other backends instead: the same bits, one fused
 kernel, 4-6% off the MSRA main job's train step. Set GP_JAX_THREEFRY=rolled to keep JAX's CPU lowering.
 
+Compilation cache. `configure_compilation_cache(config.compilation_cache)` turns on jax's persistent compilation cache
+(programs that took over a second to compile are read back instead of compiled again): "auto" is
+$GP_JAX_COMPILATION_CACHE when set, else jax's own $JAX_COMPILATION_CACHE_DIR, else
+$XDG_CACHE_HOME/gp_jax/jax_cache (~/.cache by default); "off" or ""
+turns it off; anything else is the folder. `compile_seconds()` is what this process spent compiling (jax's
+backend-compile events) and `process_seconds()` its age, for the `first step after N s (compile M s)` line.
+
 Dropout bits. The BERT encoder's dropout masks (`gp_jax.ops.dropout`) come from an integer hash of the element index
 on CPU (XLA fuses it; threefry masks, computed per element inside XLA:CPU's fusions, took 12% of a MiniLM step at
 B4xL512) and from JAX's PRNG elsewhere. GP_JAX_DROPOUT_BITS=hash|threefry overrides the choice (`dropout_bits`).
@@ -32,6 +39,8 @@ import logging
 import os
 import platform
 import signal
+import threading
+import time
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +132,93 @@ def configure() -> dict:
   """Process-level settings; idempotent. Call before JAX allocates or compiles anything."""
   global _configured
   if _configured is None:
-    _configured = {"malloc": configure_malloc(), "threefry": configure_threefry()}
+    _configured = {"malloc": configure_malloc(), "threefry": configure_threefry(), "compile_clock": start_compile_clock()}
   return _configured
+
+
+# ----------------------------------------------------------------------------- start-up time
+
+_IMPORTED_AT = time.time()
+COMPILE_EVENTS = ("/jax/core/compile/backend_compile_duration",)
+_compile = {"seconds": 0.0, "count": 0, "listening": False}
+_compile_lock = threading.Lock()
+
+
+def process_seconds() -> float:
+  """Seconds since this process started (/proc/self/stat), else since this module was imported."""
+  try:
+    with open("/proc/self/stat") as f:
+      start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+      uptime = float(f.read().split()[0])
+    return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+  except (OSError, ValueError, IndexError):
+    return time.time() - _IMPORTED_AT
+
+
+def _on_duration(event: str, duration: float, **_) -> None:
+  if event in COMPILE_EVENTS:
+    with _compile_lock:
+      _compile["seconds"] += duration
+      _compile["count"] += 1
+
+
+def start_compile_clock() -> bool:
+  """Listens to jax's compile-duration events (once per process); False when this jax has no such hook."""
+  if _compile["listening"]:
+    return True
+  try:
+    import jax.monitoring  # pylint: disable=g-import-not-at-top
+
+    jax.monitoring.register_event_duration_secs_listener(_on_duration)
+  except (ImportError, AttributeError):
+    return False
+  _compile["listening"] = True
+  return True
+
+
+def compile_seconds() -> float:
+  """Seconds of backend compilation in this process since `start_compile_clock` (persistent-cache hits cost 0)."""
+  with _compile_lock:
+    return _compile["seconds"]
+
+
+def first_step_line() -> str:
+  return f"first step after {process_seconds():.1f} s (compile {compile_seconds():.1f} s)"
+
+
+CACHE_ENV = "GP_JAX_COMPILATION_CACHE"
+CACHE_OFF = ("", "off", "0", "false", "none")
+
+
+def compilation_cache_dir(setting: str = "auto") -> str | None:
+  """The persistent compilation cache folder `setting` names (see the module docstring), or None when off."""
+  setting = str(setting).strip()
+  if setting.lower() == "auto":
+    setting = os.environ.get(CACHE_ENV, "auto").strip() or "off"
+    if setting.lower() == "auto" and os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+      return os.environ["JAX_COMPILATION_CACHE_DIR"]
+    if setting.lower() == "auto":
+      base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+      return os.path.join(base, "gp_jax", "jax_cache")
+  return None if setting.lower() in CACHE_OFF else os.path.expanduser(setting)
+
+
+def configure_compilation_cache(setting: str = "auto") -> str | None:
+  """Points jax's persistent compilation cache at `compilation_cache_dir(setting)` (or turns it off); returns the
+  folder. Programs compiled afterwards are cached."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  path = compilation_cache_dir(setting)
+  if path is not None:
+    try:
+      os.makedirs(path, exist_ok=True)
+    except OSError as e:
+      log.warning("compilation cache off: cannot create %s (%s)", path, e)
+      path = None
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_enable_compilation_cache", path is not None)
+  return path
 
 
 class Preemption:

@@ -76,6 +76,9 @@ def setup_run(config, workdir) -> RunContext:
   if jax.process_count() > 1:
     log.info("Distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
              jax.process_count(), jax.local_device_count(), jax.device_count())
+  runtime.start_compile_clock()
+  cache = runtime.configure_compilation_cache(config.get("compilation_cache", "auto"))
+  log.info("Compilation cache: %s", cache or "off")
   mesh = shd.make_mesh(config.mesh.data, config.mesh.fsdp)
   log.info("Mesh %s over %d devices (%s)", dict(mesh.shape), jax.device_count(), jax.devices()[0].platform)
   batch_ways = mesh.size
@@ -166,6 +169,9 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
       state, metrics = step_fn(state, shd.global_batch(model_batch(batch), mesh))
       done = step + 1
       steps.dispatched(done, metrics)
+      if step == first:
+        jax.block_until_ready(metrics)
+        log.info(runtime.first_step_line())
       last = done == ts.total_steps
       if done % eval_every == 0 or last:
         check_finite(done, metrics, mngr)

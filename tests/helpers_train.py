@@ -69,6 +69,7 @@ def subprocess_env(devices: int = 8, *, jit_cache: bool = True, **extra) -> dict
   env["JAX_PLATFORMS"] = "cpu"
   if not jit_cache:  # tests/conftest.py sets the run's persistent compilation cache
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env["GP_JAX_COMPILATION_CACHE"] = "off"  # not the user's cache folder either (config compilation_cache=auto)
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
   env["PYTHONUNBUFFERED"] = "1"
   env.update({k: str(v) for k, v in extra.items()})

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from gp_jax.models.layers import linear
+from gp_jax.models.layers import embed, embed_prefix, linear
 from gp_jax.ops import attention as attention_lib
 from gp_jax.ops.dropout import dropout
 
@@ -103,8 +103,9 @@ def _layer_norm(cfg: BertConfig, dtype, param_dtype, rngs: nnx.Rngs) -> nnx.Laye
 class BertLayer(nnx.Module):
   """One post-LN Transformer layer."""
 
-  def __init__(self, cfg: BertConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+  def __init__(self, cfg: BertConfig, *, dtype, param_dtype, rngs: nnx.Rngs, index: int = 0):
     init = nnx.initializers.normal(0.02)
+    self.index = index  # the static seed of cuDNN's fused attention dropout (ops.attention)
     dense = lambda i, o: linear(i, o, dtype=dtype, param_dtype=param_dtype, kernel_init=init, rngs=rngs)
     D, F = cfg.hidden_size, cfg.intermediate_size
     self.num_heads = cfg.num_heads
@@ -128,7 +129,8 @@ class BertLayer(nnx.Module):
     drop = self.attention_dropout
     probs_dropout = None if drop.deterministic or float(drop.rate) == 0.0 else (lambda p: dropout(drop, p))
     ctx_BLD = attention_lib.attention(q_BLHK, k_BLHK, v_BLHK, mask_BL=mask_BL, implementation=self.attention,
-                                      platform=self.target_platform, probs_dropout=probs_dropout).reshape(B, L, D)
+                                      platform=self.target_platform, probs_dropout=probs_dropout,
+                                      dropout_rate=float(drop.rate), dropout_seed=self.index).reshape(B, L, D)
     x_BLD = self.attention_norm(x_BLD + dropout(self.hidden_dropout, self.attention_out(ctx_BLD)))
     ffn_BLD = self.output(self.act(self.intermediate(x_BLD)))
     return self.output_norm(x_BLD + dropout(self.hidden_dropout, ffn_BLD))
@@ -153,8 +155,8 @@ class Bert(nnx.Module):
     self.token_type_embeddings = embed(config.type_vocab_size)
     self.embeddings_norm = _layer_norm(config, dtype, param_dtype, rngs)
     self.embeddings_dropout = nnx.Dropout(config.hidden_dropout, rngs=rngs)
-    self.layers = nnx.List([BertLayer(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-                            for _ in range(config.num_layers)])
+    self.layers = nnx.List([BertLayer(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs, index=i)
+                            for i in range(config.num_layers)])
 
   def position_ids(self, input_ids_BL: jax.Array) -> jax.Array:
     """0..L-1 for BERT; for RoBERTa cumsum(non-pad) + pad id on real tokens, pad id on padding."""
@@ -177,12 +179,15 @@ class Bert(nnx.Module):
     (adversarial training)."""
     if token_type_ids is None:
       token_type_ids = jnp.zeros_like(input_ids)
-    word_BLD = self.word_embeddings(input_ids)
+    word_BLD = embed(self.word_embeddings, input_ids)
     if embed_delta is not None:
       word_BLD = word_BLD + embed_delta.astype(word_BLD.dtype)
-    x_BLD = (word_BLD
-             + self.position_embeddings(self.position_ids(input_ids))
-             + self.token_type_embeddings(token_type_ids))
+    if self.config.model_type == "roberta":
+      pos_BLD = embed(self.position_embeddings, self.position_ids(input_ids))
+    else:
+      self.position_ids(input_ids)  # the length check
+      pos_BLD = embed_prefix(self.position_embeddings, input_ids.shape[1])
+    x_BLD = word_BLD + pos_BLD + embed(self.token_type_embeddings, token_type_ids)
     x_BLD = dropout(self.embeddings_dropout, self.embeddings_norm(x_BLD))
     mask_BL = attention_mask.astype(bool)
     for layer in self.layers:

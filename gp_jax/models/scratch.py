@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from gp_jax import ops
-from gp_jax.models.layers import linear
+from gp_jax.models.layers import embed, linear
 from gp_jax.ops import attention as ops_attention
 
 BLOCKS = ("glu", "gelu")
@@ -179,9 +179,9 @@ class ScratchEncoder(nnx.Module):
       raise ValueError("this encoder was built with bigram embeddings: pass bigram_ids")
     mask_BL = jnp.asarray(attention_mask)
     mask_BL1 = mask_BL[..., None].astype(self.dtype)
-    e_BLE = self.embed(input_ids)
+    e_BLE = embed(self.embed, input_ids)
     if self.bigram_embed is not None:
-      e_BLE = jnp.concatenate([e_BLE, self.bigram_embed(bigram_ids)], axis=-1)
+      e_BLE = jnp.concatenate([e_BLE, embed(self.bigram_embed, bigram_ids)], axis=-1)
     if embed_delta is not None:
       e_BLE = e_BLE + embed_delta.astype(e_BLE.dtype)
     x_BLD = self.in_proj(self.embed_dropout(e_BLE))

@@ -2,18 +2,22 @@
 
 Implementations (`model.attention`):
   xla     einsum scores accumulated in float32, masked keys at the float32 minimum, float32 softmax, optional
-          dropout on the probabilities, einsum with v. Any platform, any key mask; the only one with probability
-          dropout. Exactly the encoders' attention before this module existed.
+          dropout on the probabilities, einsum with v. Any platform, any key mask. Exactly the encoders' attention
+          before this module existed.
   cudnn   `jax.nn.dot_product_attention(implementation="cudnn")` with per-row sequence lengths (the mask's row
           sums, at least 1 so an all-padding filler row stays finite). bf16/fp16 only, head dim a multiple of 8.
   splash  Pallas splash attention (TPU) under `jax.shard_map` over `sharding.BATCH_AXES` of the context mesh;
           padding through segment ids (real tokens 1, padding 0). L a multiple of 128 (else the XLA path).
   auto    cudnn for a cuda target under bf16/fp16, splash for a tpu target, xla otherwise.
 
-The fused kernels have no probability dropout: while it is active (train mode, rate > 0) every request takes the
-XLA path, so a run with BERT's 0.1 attention dropout (Su's settings) trains exactly as before; evaluation (no
-dropout) uses the fused kernel. cudnn and splash read the mask as right padding (real tokens first), the pipeline's
-layout. A target platform of None defers the cpu/cuda/tpu choice to lowering time (`lax.platform_dependent`); it
+Probability dropout (train mode, rate > 0): splash has none, so a tpu target takes the XLA path. cuDNN applies it
+inside its kernel (`dropout_rate` and a static `seed` of jax's cuDNN module, a distinct seed per layer), but a static
+seed can repeat one mask at every step; a cuda target uses it only where a GPU run of `benchmarks.device_check`
+(stage attention) saw the masks differ between steps and between layers with this jax minor version
+(`CUDNN_DROPOUT_VERIFIED`); elsewhere the XLA path, with the reason logged once. GP_JAX_CUDNN_DROPOUT=1|0 overrides
+(the device check measures with it). Evaluation (no dropout) uses the fused kernel. With the platform deferred
+(None), dropout takes the XLA path. cudnn and splash read the mask as right padding (real tokens first), the
+pipeline's layout. A target platform of None defers the cpu/cuda/tpu choice to lowering time (`lax.platform_dependent`); it
 lowers for one platform at a time: in JAX 0.10 a multi-platform lowering (cpu + tpu in one `jax.export`) runs the
 Pallas call's CPU lowering rule on the TPU branch and fails, so multi-platform artifacts use the XLA path.
 """
@@ -21,6 +25,7 @@ Pallas call's CPU lowering rule on the TPU branch and fails, so multi-platform a
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 
 import jax
@@ -34,6 +39,10 @@ log = logging.getLogger(__name__)
 IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash")
 FUSED_PLATFORM = {"cudnn": "cuda", "splash": "tpu"}
 SPLASH_BLOCK = 128
+# jax minor version -> whether cuDNN's fused dropout masks differed between steps and between layers on a GPU
+# (benchmarks.device_check, stage attention; docs/device/). Unlisted: not checked, so the XLA path.
+CUDNN_DROPOUT_VERIFIED: dict[str, bool] = {}
+CUDNN_DROPOUT_ENV = "GP_JAX_CUDNN_DROPOUT"
 _logged: set[str] = set()
 
 
@@ -66,8 +75,12 @@ def choose(requested: str, *, platform: str, dtype, length: int, head_dim: int, 
     if requested == "cudnn":
       raise ValueError(f"model.attention=cudnn needs a head dim multiple of 8, got {head_dim}")
     return "xla", f"cuDNN needs a head dim multiple of 8, got {head_dim}"
+  if dropout and fused == "splash":
+    return "xla", "attention dropout is on (splash has no probability dropout)"
   if dropout:
-    return "xla", f"attention dropout is on ({fused} has no probability dropout)"
+    ok, why = cudnn_dropout_status()
+    if not ok:
+      return "xla", f"attention dropout is on and {why}"
   if fused == "splash" and length % SPLASH_BLOCK:
     return "xla", f"L={length} is not a multiple of {SPLASH_BLOCK}"
   return fused, ""
@@ -87,11 +100,35 @@ def xla_attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, probs_dropout: Callable | 
   return jnp.einsum("bhqs,bshk->bqhk", probs_BHLL, v_BLHK)
 
 
-def cudnn_attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL):
-  """cuDNN flash attention with per-row lengths (right padding); empty rows get length 1 so they stay finite."""
+def cudnn_dropout_status(version: str | None = None) -> tuple[bool, str]:
+  """(whether a cuda target may use cuDNN's fused dropout, why not): GP_JAX_CUDNN_DROPOUT=1|0, else
+  `CUDNN_DROPOUT_VERIFIED` for this jax minor version (`version`: default jax.__version__)."""
+  env = os.environ.get(CUDNN_DROPOUT_ENV, "auto").strip().lower()
+  if env in ("1", "on", "true", "yes"):
+    return True, ""
+  if env in ("0", "off", "false", "no"):
+    return False, f"{CUDNN_DROPOUT_ENV}={env}"
+  minor = ".".join((version or jax.__version__).split(".")[:2])
+  verified = CUDNN_DROPOUT_VERIFIED.get(minor)
+  if verified is None:
+    return False, f"cuDNN's fused dropout is not yet checked on a GPU with jax {minor} (benchmarks.device_check)"
+  if not verified:
+    return False, f"cuDNN's fused dropout repeats its masks across steps or layers with jax {minor} (docs/device)"
+  return True, ""
+
+
+def cudnn_attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, dropout_rate: float = 0.0, seed: int = 0):
+  """cuDNN flash attention with per-row lengths (right padding); empty rows get length 1 so they stay finite.
+  `dropout_rate` > 0: cuDNN drops probabilities inside the kernel, masks from the static `seed`."""
   lengths_B = jnp.maximum(jnp.sum(mask_BL.astype(jnp.int32), axis=-1), 1)
-  return jax.nn.dot_product_attention(q_BLHK, k_BLHK, v_BLHK, query_seq_lengths=lengths_B,
-                                      key_value_seq_lengths=lengths_B, implementation="cudnn")
+  if not dropout_rate:
+    return jax.nn.dot_product_attention(q_BLHK, k_BLHK, v_BLHK, query_seq_lengths=lengths_B,
+                                        key_value_seq_lengths=lengths_B, implementation="cudnn")
+  from jax._src.cudnn import fused_attention_stablehlo as fa  # pylint: disable=g-import-not-at-top
+
+  scale = float(1.0 / np.sqrt(q_BLHK.shape[-1]))
+  return fa.dot_product_attention(q_BLHK, k_BLHK, v_BLHK, q_seqlen=lengths_B, kv_seqlen=lengths_B, scale=scale,
+                                  mask_type=fa.MaskType.PADDING, seed=int(seed), dropout_rate=float(dropout_rate))
 
 
 def splash_attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, interpret: bool = False):
@@ -122,20 +159,23 @@ def splash_attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, interpret: bool = False
                        check_vma=False)(q_BLHK, k_BLHK, v_BLHK, mask_BL)
 
 
-def _run(impl: str, q_BLHK, k_BLHK, v_BLHK, mask_BL, probs_dropout):
+def _run(impl: str, q_BLHK, k_BLHK, v_BLHK, mask_BL, probs_dropout, dropout_rate: float = 0.0,
+         dropout_seed: int = 0):
   if impl == "cudnn":
-    return cudnn_attention(q_BLHK, k_BLHK, v_BLHK, mask_BL=mask_BL)
+    rate = dropout_rate if probs_dropout is not None else 0.0
+    return cudnn_attention(q_BLHK, k_BLHK, v_BLHK, mask_BL=mask_BL, dropout_rate=rate, seed=dropout_seed)
   if impl == "splash":
     return splash_attention(q_BLHK, k_BLHK, v_BLHK, mask_BL=mask_BL)
   return xla_attention(q_BLHK, k_BLHK, v_BLHK, mask_BL=mask_BL, probs_dropout=probs_dropout)
 
 
 def attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, implementation: str = "xla", platform: str | None = "cpu",
-              probs_dropout: Callable | None = None):
+              probs_dropout: Callable | None = None, dropout_rate: float = 0.0, dropout_seed: int = 0):
   """Self-attention `[B, L, H, K]` x3 -> `[B, L, H, K]` (v's dtype); `mask_BL` bool, True on real keys.
 
   `platform` is the target the program is compiled for; None defers the choice to lowering time. `probs_dropout`:
-  a function applied to the probabilities (its presence means dropout is active); only the XLA path has one."""
+  a function applied to the probabilities by the XLA path (its presence means dropout is active); the cuDNN path
+  drops with `dropout_rate` and the static `dropout_seed` instead."""
   B, L, H, K = q_BLHK.shape
   pick = lambda p: choose(implementation, platform=p, dtype=q_BLHK.dtype, length=L, head_dim=K,  # noqa: E731
                           dropout=probs_dropout is not None)
@@ -143,11 +183,11 @@ def attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, implementation: str = "xla", p
     impl, why = pick(platform)
     if why:
       _log_once(f"attention={implementation} on {platform}: {impl} ({why})")
-    return _run(impl, q_BLHK, k_BLHK, v_BLHK, mask_BL, probs_dropout)
+    return _run(impl, q_BLHK, k_BLHK, v_BLHK, mask_BL, probs_dropout, dropout_rate, dropout_seed)
   impls = {p: (pick(p)[0] if implementation in ("auto", "xla") or FUSED_PLATFORM.get(implementation) == p
                else "xla") for p in ("cuda", "tpu")}
-  if impls["cuda"] == "cudnn" and not cudnn_detected():
-    impls["cuda"] = "xla"  # tracing the cuDNN call needs cuDNN on this machine
+  if impls["cuda"] == "cudnn" and (not cudnn_detected() or probs_dropout is not None):
+    impls["cuda"] = "xla"  # tracing the cuDNN call needs cuDNN here; dropout is drawn outside the branches
   if set(impls.values()) == {"xla"}:
     return _run("xla", q_BLHK, k_BLHK, v_BLHK, mask_BL, probs_dropout)
   branches = {p: (lambda q, k, v, m, impl=impl: _run(impl, q, k, v, m, None)) for p, impl in impls.items()}
@@ -166,5 +206,5 @@ def cudnn_detected() -> bool:
   return True
 
 
-__all__ = ["IMPLEMENTATIONS", "attention", "choose", "cudnn_detected", "xla_attention", "cudnn_attention",
+__all__ = ["IMPLEMENTATIONS", "attention", "choose", "cudnn_detected", "cudnn_dropout_status", "xla_attention", "cudnn_attention",
            "splash_attention"]

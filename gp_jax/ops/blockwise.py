@@ -29,6 +29,17 @@ _STEP_CELLS = 1 << 21  # banded: row blocks per loop step so that a step holds a
 # Platforms where the Pallas kernel was timed faster than the XLA op ("auto" picks it there): none yet, the kernel
 # has only run interpreted on CPU and been lowered (not compiled) for TPU; see docs/benchmarks.md.
 PALLAS_FASTER_ON: frozenset[str] = frozenset()
+# Platforms the kernel has a body for when compiled (elsewhere it would run the Pallas interpreter): a cuda or rocm
+# target refuses implementation="pallas" (`pallas_refusal`).
+PALLAS_GPU_PLATFORMS = ("cuda", "rocm", "gpu")
+PALLAS_GPU_REFUSED = "has no GPU kernel (on a GPU it would run the Pallas interpreter)"
+
+
+def pallas_refusal(platform: str | None) -> str | None:
+  """Why implementation="pallas" is refused for the target `platform`, or None."""
+  if platform in PALLAS_GPU_PLATFORMS:
+    return f"loss.implementation=pallas {PALLAS_GPU_REFUSED}: use loss.implementation=xla or auto on {platform}"
+  return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -76,6 +76,43 @@ def test_choose(case):
   assert bool(why) == (impl == "xla" and requested != "xla" and fused is not None)
 
 
+def test_cuda_dropout_takes_cudnn_only_where_its_masks_were_seen_to_vary(monkeypatch):
+  """Attention dropout on a cuda target: cuDNN's fused dropout only for a jax version the device check verified
+  (or GP_JAX_CUDNN_DROPOUT=1); otherwise XLA with the reason; cuDNN's own refusals (f32, head dim) still fall back."""
+  pick = lambda **kw: attn.choose("auto", platform="cuda", dtype=jnp.bfloat16, length=64, head_dim=64,  # noqa: E731
+                                  dropout=True, **kw)
+  monkeypatch.delenv(attn.CUDNN_DROPOUT_ENV, raising=False)
+  minor = ".".join(jax.__version__.split(".")[:2])
+  monkeypatch.setattr(attn, "CUDNN_DROPOUT_VERIFIED", {})
+  impl, why = pick()
+  assert impl == "xla" and "not yet checked on a GPU" in why and minor in why
+  monkeypatch.setattr(attn, "CUDNN_DROPOUT_VERIFIED", {minor: False})
+  impl, why = pick()
+  assert impl == "xla" and "repeats its masks" in why
+  monkeypatch.setattr(attn, "CUDNN_DROPOUT_VERIFIED", {minor: True})
+  assert pick() == ("cudnn", "")
+  assert attn.choose("auto", platform="cuda", dtype=jnp.bfloat16, length=64, head_dim=12, dropout=True)[0] == "xla"
+  assert attn.choose("auto", platform="cuda", dtype=jnp.float32, length=64, head_dim=64, dropout=True)[0] == "xla"
+  assert attn.choose("auto", platform="tpu", dtype=jnp.bfloat16, length=128, head_dim=64, dropout=True)[0] == "xla"
+  monkeypatch.setattr(attn, "CUDNN_DROPOUT_VERIFIED", {})
+  monkeypatch.setenv(attn.CUDNN_DROPOUT_ENV, "1")
+  assert pick() == ("cudnn", "")
+  monkeypatch.setattr(attn, "CUDNN_DROPOUT_VERIFIED", {minor: True})
+  monkeypatch.setenv(attn.CUDNN_DROPOUT_ENV, "0")
+  impl, why = pick()
+  assert impl == "xla" and attn.CUDNN_DROPOUT_ENV in why
+
+
+def test_dropout_with_a_deferred_platform_takes_the_xla_path(monkeypatch):
+  """platform=None with dropout: no platform_dependent branches (the masks are drawn outside them)."""
+  monkeypatch.setenv(attn.CUDNN_DROPOUT_ENV, "1")
+  q, k, v, mask = _qkv(B=1, L=8, H=2, K=8, dtype=jnp.bfloat16)
+  zero = lambda p: jnp.zeros_like(p)  # noqa: E731
+  out = jax.jit(lambda *a: attn.attention(*a[:3], mask_BL=a[3], implementation="auto", platform=None,
+                                          probs_dropout=zero, dropout_rate=0.1))(q, k, v, mask)
+  assert np.all(np.asarray(out, np.float32) == 0)
+
+
 def test_choose_rejects_what_the_target_cannot_run():
   with pytest.raises(ValueError, match="runs on cuda"):
     attn.choose("cudnn", platform="cpu", dtype=jnp.bfloat16, length=64, head_dim=64, dropout=False)

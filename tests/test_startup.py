@@ -1,0 +1,78 @@
+"""Time to first step: host-side parameter init, the persistent compilation cache (a config key, on by default), the
+`first step after N s (compile M s)` line, and the pallas refusal on a GPU target."""
+
+import os
+import re
+
+import jax
+import numpy as np
+import pytest
+
+from gp_jax import factory, runtime
+from gp_jax import sharding as shd
+from gp_jax import state as state_lib
+from gp_jax.errors import UserError
+from tests import helpers_train
+
+
+def test_cache_dir_resolution(monkeypatch, tmp_path):
+  monkeypatch.delenv(runtime.CACHE_ENV, raising=False)
+  monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+  assert runtime.compilation_cache_dir("auto") == str(tmp_path / "xdg" / "gp_jax" / "jax_cache")
+  monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "jaxs"))
+  assert runtime.compilation_cache_dir("auto") == str(tmp_path / "jaxs")  # jax's own variable is honoured
+  monkeypatch.setenv(runtime.CACHE_ENV, "off")
+  assert runtime.compilation_cache_dir("auto") is None
+  monkeypatch.setenv(runtime.CACHE_ENV, str(tmp_path / "mine"))
+  assert runtime.compilation_cache_dir("auto") == str(tmp_path / "mine")
+  assert runtime.compilation_cache_dir("off") is None and runtime.compilation_cache_dir("") is None
+  assert runtime.compilation_cache_dir(str(tmp_path / "cfg")) == str(tmp_path / "cfg")  # an explicit folder wins
+
+
+def test_process_seconds_counts_from_process_start():
+  age = runtime.process_seconds()
+  with open("/proc/uptime") as f:
+    uptime = float(f.read().split()[0])
+  assert 0 < age < uptime
+
+
+def test_host_init_is_the_same_on_any_mesh():
+  """Parameters are drawn on the host and then placed with their shardings: one device and 8 devices (data x fsdp)
+  hold the same values."""
+  config = helpers_train.tiny_config()
+  _, tokenizer, types = factory.prepare_data(config)
+  values = []
+  for mesh in (shd.make_mesh(1, 1, devices=jax.devices()[:1]), shd.make_mesh(-1, 2)):
+    _, params = state_lib.init_model(config, tokenizer, types, mesh)
+    leaves = jax.tree.leaves(params)
+    assert all(leaf.sharding.mesh.shape == mesh.shape for leaf in leaves)
+    values.append([np.asarray(leaf) for leaf in leaves])
+  for a, b in zip(*values):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_pallas_loss_is_refused_on_a_gpu_target():
+  config = helpers_train.tiny_config(**{"loss.block_size": 16, "loss.implementation": "pallas"})
+  with pytest.raises(UserError, match="has no GPU kernel"):
+    factory.loss_implementation(config, "cuda")
+  assert factory.loss_implementation(config, "tpu") == "pallas"
+
+
+@pytest.mark.e2e
+def test_first_step_line_and_the_cache_fills(tmp_path):
+  """A training run logs `first step after N s (compile M s)` and fills the cache the config names; a second run
+  from that cache compiles less."""
+  cache = tmp_path / "cache"
+  env = helpers_train.subprocess_env(jit_cache=False, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0)
+  seen = []
+  for run in ("cold", "warm"):
+    out = helpers_train.run_main(str(tmp_path / run), env=env, num_train_steps=2, compilation_cache=str(cache))
+    assert out.returncode == 0, out.stdout[-2000:]
+    assert f"Compilation cache: {cache}" in out.stdout
+    m = re.search(r"first step after ([\d.]+) s \(compile ([\d.]+) s\)", out.stdout)
+    assert m, out.stdout[-2000:]
+    seen.append((float(m.group(1)), float(m.group(2))))
+    assert os.listdir(cache)
+  (_, cold_compile), (_, warm_compile) = seen
+  assert cold_compile > 0 and warm_compile < cold_compile
