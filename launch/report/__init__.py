@@ -4,16 +4,27 @@
   python -m launch.report gs://BUCKET/runs/rope gs://BUCKET/runs/heads --out docs/figures/rope
 
 A run is a folder holding config.json or results.json (found recursively; local or gs:// via etils.epath).
-Finished runs are grouped by config.json's data.name, model.encoder, model.head and model.use_rope ("n/a" for
-tagger heads, which have no RoPE), and by data.max_len too when one dataset's runs differ in it; each group shows
-n (seeds) and mean +- std (statistics.stdev; "-" when n = 1) of dev/test F1, precision, recall (in %), train
-tokens/s and parameter count, then epochs trained and whether training stopped early. Preempted, failed and
-unfinished runs are listed apart, never averaged.
+Finished runs fall into cells: runs whose configs differ in the seed only, after resolving defaults (a key an
+older config.json lacks takes its default from gp_jax.configs.base.get_config(); model.dtype=auto is what it
+resolved to, float32 on CPU runs; keys that only say how a run logs or saves, runs.BOOKKEEPING_KEYS, are left
+out). Cells are shown by data.name, model.encoder, model.head and model.use_rope ("n/a" for tagger heads, which
+have no RoPE), by data.max_len too when one dataset's runs differ in it, by the training tricks when some run used
+them, and, when cells shown alike differ in other keys, by a variant naming those keys (e.g. tune_threshold=True).
+Each cell shows n (seeds) and mean +- std (statistics.stdev; "-" when n = 1) of dev/test F1, precision, recall
+(in %), train tokens/s and parameter count, then epochs trained and whether training stopped early. Preempted,
+failed and unfinished runs are listed apart, never averaged.
 
-Significance, for the study's comparisons within a dataset x encoder (x max_len): RoPE on vs off per head, GP vs
-CRF, EGP vs GP. Runs are paired by seed; on the test split (dev when a run has no test F1) the table gives the
-mean over seeds of F1(A) - F1(B) with a 95% t-interval, and the p of a paired bootstrap over records when every
-run has results.json's per-record counts (`"per_record": {"tp", "fp", "fn"}`; see stats.paired_bootstrap).
+Significance, for the study's comparisons within a dataset x encoder (x max_len) x variant: RoPE on vs off per
+head, GP vs CRF, EGP vs GP, each trick vs plain, and where a study has length arms (max_len) each comparison's
+difference at the longer arm minus that at the shorter. Runs are paired by seed; on the test split (dev when a run
+has no test F1) the table gives the mean over seeds of F1(A) - F1(B) with a 95% t-interval and a paired t-test,
+and the p of a paired bootstrap over records when every run has results.json's per-record counts
+(`"per_record": {"tp", "fp", "fn", optionally "id"}`; see stats.contrast_bootstrap). The family of each study
+(one DIR, or each subfolder of a DIR whose runs sit in subfolders: a folder of studies) gets Holm-adjusted p
+values at both levels; the influence check (stats.influence) leaves the --influence_k records that carry the
+difference most out of both cells and flags a difference that this halves or flips. "Significant": both adjusted
+p < 0.05 and not flagged. A comparison that cannot be paired (its cells differ in more than the compared setting,
+two runs of a cell share a seed, no seed in common) is skipped with a line saying why.
 
 results.json says which heads are taggers (head_kind), the by-length buckets (length_buckets) and the dev F1 of
 every evaluation (dev_history). Older results.json files lack these: tagger heads are then those in
@@ -27,9 +38,9 @@ and the axis gives the gold entities per bucket) and, when some run has a dev hi
 PREFIX_epochs.png (dev F1 by epoch per head x RoPE cell: mean over seeds, band = min..max).
 Plots need matplotlib: pip install -e '.[plots]'.
 
-Modules: runs.py (find run folders, read config/results/history), stats.py (groups, mean +- std, pooled by-length
-F1, t-interval and paired bootstrap; numpy only), tables.py (markdown), plots.py (figures); this file is the CLI
-(`python -m launch.report`).
+Modules: runs.py (find run folders, read config/results/history, resolve configs), stats.py (cells, mean +- std,
+pooled by-length F1, t-interval, t-test, paired bootstrap, Holm, influence; numpy and scipy.stats), tables.py
+(markdown), plots.py (figures); this file is the CLI (`python -m launch.report`).
 """
 
 from __future__ import annotations
@@ -38,10 +49,11 @@ import argparse
 import sys
 
 # The package's API: `from launch import report; report.collect(...)`.
-from launch.report.plots import plot_by_length, plot_epochs, plot_f1, write_plots  # noqa: F401
+from launch.report.plots import plot_by_length, plot_epochs, plot_f1, variant_tags, write_plots  # noqa: F401
 from launch.report.runs import collect, find_runs, last_metrics  # noqa: F401
-from launch.report.stats import pooled_by_length, summarize  # noqa: F401
-from launch.report.tables import groups_table, length_table, markdown  # noqa: F401
+from launch.report.stats import INFLUENCE_K
+from launch.report.stats import compare, holm, influence, pooled_by_length, summarize  # noqa: F401
+from launch.report.tables import groups_table, influence_table, length_table, markdown  # noqa: F401
 
 
 def main(argv=None):
@@ -50,10 +62,14 @@ def main(argv=None):
   parser.add_argument("roots", nargs="+", metavar="DIR", help="sweep folders holding run workdirs (local or gs://)")
   parser.add_argument("--out", default=None, metavar="PREFIX",
                       help="also write PREFIX.md and the PREFIX_*.png figures (e.g. docs/figures/rope)")
+  parser.add_argument("--influence_k", type=int, default=INFLUENCE_K, metavar="K",
+                      help=f"records the influence check leaves out of both cells (default {INFLUENCE_K})")
   args = parser.parse_args(argv)
+  if args.influence_k < 1:
+    parser.error("--influence_k must be at least 1")
   rows = collect(args.roots)
   summary = summarize(rows)
-  text = markdown(rows, summary)
+  text = markdown(rows, summary, influence_k=args.influence_k)
   print(text, end="")
   if not args.out:
     return 0
@@ -67,6 +83,9 @@ def main(argv=None):
       text += "\n" + "".join(f"![{title}]({name})\n\n" for title, name in written)
       if not any(name.endswith("_epochs.png") for _, name in written):
         text += "(No dev F1 by epoch figure: no finished run recorded a per-epoch dev history.)\n"
+      tags = variant_tags(summary)
+      if tags:
+        text += "\nVariants on the figures: " + "; ".join(f"{t} = {v}" for v, t in tags.items()) + ".\n"
   except ImportError as e:
     epath.Path(f"{args.out}.md").write_text(text)
     print(f"wrote {args.out}.md; no plots: {e}", file=sys.stderr)

@@ -252,10 +252,20 @@ def _save(fig, path: str):
   epath.Path(path).write_bytes(buf.getvalue())
 
 
+def variant_tags(summary: list[dict]) -> dict[str, str]:
+  """Variant (stats.summarize) -> its short tag on the figures' axes: "v1", "v2", ... in order of first sight."""
+  variants = [g["variant"] for g in summary if g.get("variant")]
+  return {v: f"v{i}" for i, v in enumerate(dict.fromkeys(variants), 1)}
+
+
 def _trick_heads(summary: list[dict]) -> list[dict]:
-  """Groups of runs with training tricks get their own head label ("standard [fgm+ema]"), so the figures keep
-  them apart from the plain runs of the same head."""
-  return [{**g, "head": f"{g['head']} [{g['trick']}]"} if g.get("trick", PLAIN) != PLAIN else g for g in summary]
+  """Groups of runs with training tricks or a variant get their own head label ("standard [fgm+ema]", "standard
+  [v1]"), so the figures keep them apart from the plain runs of the same head."""
+  tags, out = variant_tags(summary), []
+  for g in summary:
+    parts = [t for t in (g.get("trick", PLAIN), tags.get(g.get("variant", ""))) if t and t != PLAIN]
+    out.append({**g, "head": g["head"] + "".join(f" [{t}]" for t in parts)} if parts else g)
+  return out
 
 
 def write_plots(rows: list[dict], summary: list[dict], prefix: str) -> list[tuple[str, str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -12,6 +13,10 @@ _MAX_DEPTH = 8
 PLAIN = "plain"  # run without training tricks
 SPAN, TAGGER = "span", "tagger"  # results.json head_kind
 NO_ROPE = "n/a"  # tagger heads have no RoPE; their config's use_rope is ignored
+# Config keys that only say how a run logs, saves or is launched: they never make runs different cells.
+BOOKKEEPING_KEYS = frozenset({"progress_bar", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints",
+                              "compilation_cache", "allow_config_change", "multihost", "coordinator_address",
+                              "num_processes", "process_id"})
 
 
 def find_runs(root) -> list[tuple[str, object]]:
@@ -131,21 +136,84 @@ def trick_of(config: dict) -> str:
   return "+".join(parts) or PLAIN
 
 
+def flatten(tree: dict, prefix: str = "") -> dict:
+  """{"model": {"head": "crf"}} -> {"model.head": "crf"}; values as JSON has them (tuples become lists)."""
+  out = {}
+  for k, v in tree.items():
+    if isinstance(v, dict):
+      out.update(flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = json.loads(json.dumps(v, default=str))
+  return out
+
+
+def resolved_dtype(name, results: dict | None = None):
+  """`model.dtype` as the run computed in: "auto" is float32 on CPU, bfloat16 on GPU/TPU (gp_jax.factory). The
+  platform comes from results.json ("compute_dtype" or "platform") when it says; runs that do not say are taken
+  as CPU runs (every study in docs/study ran on CPU)."""
+  if name != "auto":
+    return name
+  results = results or {}
+  if results.get("compute_dtype"):
+    return results["compute_dtype"]
+  return "float32" if str(results.get("platform", "cpu")).lower() == "cpu" else "bfloat16"
+
+
+@functools.lru_cache(maxsize=None)
+def _defaults(encoder: str) -> tuple[tuple[str, object], ...]:
+  from gp_jax.configs.base import get_config  # pylint: disable=g-import-not-at-top
+
+  flat = flatten(get_config(encoder=encoder).to_dict())
+  flat["model.dtype"] = resolved_dtype(flat.get("model.dtype"))
+  return tuple(flat.items())
+
+
+def config_defaults(encoder) -> dict:
+  """Today's defaults (gp_jax.configs.base.get_config, flat keys) for runs of `encoder` (bert has its own optimizer
+  settings); model.dtype resolved as for a CPU run."""
+  return dict(_defaults(str(encoder) if encoder in ("scratch", "bert") else "scratch"))
+
+
+def resolved_config(config: dict, results: dict | None = None, kind: str = SPAN) -> dict:
+  """The run's config with flat keys, a key an older config.json lacks at today's default, model.dtype=auto as
+  what it resolved to, and without the seed, the bookkeeping keys (BOOKKEEPING_KEYS) and, for tagger heads, the
+  use_rope they ignore. Runs with equal resolved configs are seeds of one cell."""
+  flat = {**config_defaults((config.get("model") or {}).get("encoder", "scratch")), **flatten(config)}
+  flat["model.dtype"] = resolved_dtype(flat.get("model.dtype"), results)
+  for k in ("seed", *BOOKKEEPING_KEYS, *(["model.use_rope"] if kind == TAGGER else [])):
+    flat.pop(k, None)
+  return flat
+
+
+def study_of(root, rel: str) -> str:
+  """The study (family of comparisons) a run belongs to: the root given on the command line, or for a folder of
+  studies (runs in root/STUDY/...) the subfolder under the root."""
+  root = str(root).rstrip("/")
+  parts = rel.split("/")
+  return f"{root}/{parts[0]}" if len(parts) > 1 else root
+
+
+def _dict_or_none(value) -> dict | None:
+  return value if isinstance(value, dict) else None
+
+
 def collect(roots) -> list[dict]:
-  """One dict per run folder: run, status, group key fields, results (None if absent), training length, history."""
+  """One dict per run folder: run, status, group key fields, results (None if absent), training length, history,
+  the resolved config (`resolved_config`) and the study (`study_of`)."""
   if isinstance(roots, str):
     roots = [roots]
   rows = []
   for root in roots:
     for rel, path in find_runs(root):
-      config = sweep.read_json(path / "config.json") or {}
-      results = sweep.read_json(path / "results.json")
-      model, data = config.get("model", {}), config.get("data", {})
+      config = _dict_or_none(sweep.read_json(path / "config.json")) or {}
+      results = _dict_or_none(sweep.read_json(path / "results.json"))
+      model, data = config.get("model") or {}, config.get("data") or {}
       head = model.get("head", "?")
       kind = head_kind(head, results)
       spe = steps_per_epoch(config, results)
       epochs, stopped = training_length(config, results, spe)
       history, source = dev_history(path, results, spe)
+      resolved = resolved_config(config, results, kind)
       rows.append({
           "run": rel if len(roots) == 1 else f"{str(root).rstrip('/')}/{rel}",
           "status": sweep.status_of(results),
@@ -154,7 +222,7 @@ def collect(roots) -> list[dict]:
           "head": head,
           "rope": NO_ROPE if kind == TAGGER else model.get("use_rope", "?"),
           "seed": config.get("seed"),
-          "max_len": data.get("max_len"),
+          "max_len": data.get("max_len", resolved.get("data.max_len") if config else None),
           "trick": trick_of(config),
           "results": results,
           "head_kind": kind,
@@ -163,5 +231,7 @@ def collect(roots) -> list[dict]:
           "stopped_early": stopped,
           "history": history,
           "history_source": source,
+          "config": resolved,
+          "study": study_of(root, rel),
       })
   return rows

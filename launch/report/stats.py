@@ -1,26 +1,28 @@
-"""Statistics over runs: groups of finished runs with mean +- sample std per metric, F1 by entity length pooled
-over seeds, and significance of the study's comparisons (mean difference over seeds with a 95% t-interval, a
-paired bootstrap over records). numpy and the standard library only."""
+"""Statistics over runs: cells of finished runs with mean +- sample std per metric, F1 by entity length pooled
+over seeds, and the study's comparisons: the mean difference over seeds with a 95% t-interval and a paired t-test,
+a paired bootstrap over records, Holm's adjustment within each study, and the influence of single records
+(leave-one-out). numpy and scipy.stats."""
 
 from __future__ import annotations
 
-import math
+import json
 import statistics
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 from launch import sweep
-from launch.report.runs import PLAIN
+from launch.report.runs import PLAIN, config_defaults
 
 GROUP_KEYS = ("dataset", "encoder", "head", "rope")  # and "max_len" when a dataset's runs differ in it (group_keys)
 # (column, getter on results.json); F1/P/R are fractions in results.json and shown in %.
 METRICS = (
-    ("dev F1", lambda r: r.get("dev", {}).get("f1")),
-    ("dev P", lambda r: r.get("dev", {}).get("precision")),
-    ("dev R", lambda r: r.get("dev", {}).get("recall")),
-    ("test F1", lambda r: r.get("test", {}).get("f1")),
-    ("test P", lambda r: r.get("test", {}).get("precision")),
-    ("test R", lambda r: r.get("test", {}).get("recall")),
+    ("dev F1", lambda r: (r.get("dev") or {}).get("f1")),
+    ("dev P", lambda r: (r.get("dev") or {}).get("precision")),
+    ("dev R", lambda r: (r.get("dev") or {}).get("recall")),
+    ("test F1", lambda r: (r.get("test") or {}).get("f1")),
+    ("test P", lambda r: (r.get("test") or {}).get("precision")),
+    ("test R", lambda r: (r.get("test") or {}).get("recall")),
     ("tokens/s", lambda r: r.get("train_tokens_per_s")),
     ("params", lambda r: r.get("parameters")),
 )
@@ -46,22 +48,56 @@ def group_keys(rows: list[dict]) -> tuple[str, ...]:
           + (("trick",) if tricks - {PLAIN} else ()))
 
 
-def summarize(rows: list[dict]) -> list[dict]:
-  """Finished runs grouped by `group_keys(rows)`: {key fields, head_kind, n, runs, members, metrics: {column: (mean,
-  std, count)}, epochs: [per seed], stopped_early: [per seed, None = unknown]}."""
-  keys = group_keys(rows)
-  groups: dict[tuple, list[dict]] = {}
+def _js(value) -> str:
+  return json.dumps(value, sort_keys=True, default=str)
+
+
+def _show(value) -> str:
+  return value if isinstance(value, str) else str(value) if isinstance(value, (bool, int, float)) else _js(value)
+
+
+def variant_keys(rows: list[dict], keys: tuple[str, ...]) -> list[str]:
+  """Resolved config keys (runs.resolved_config) in which runs shown alike by `keys` (dataset, encoder, head, ...)
+  differ: the keys that keep such runs in different cells, e.g. tune_threshold between two sweeps."""
+  alike: dict[tuple, list[dict]] = {}
   for row in rows:
-    if row["status"] == sweep.FINISHED:
-      groups.setdefault(tuple(str(row.get(k)) for k in keys), []).append(row)
+    alike.setdefault(tuple(str(row.get(k)) for k in keys), []).append(row.get("config") or {})
+  out = set()
+  for configs in alike.values():
+    for k in set().union(*configs) if len(configs) > 1 else ():
+      if len({_js(c.get(k)) for c in configs}) > 1:
+        out.add(k)
+  return sorted(out)
+
+
+def variant_label(row: dict, keys: list[str]) -> str:
+  """"key=value, ..." for each of `keys` where the run's resolved config is not today's default ("" if none)."""
+  config, defaults = row.get("config") or {}, config_defaults(row.get("encoder"))
+  return ", ".join(f"{k}={_show(config.get(k))}" for k in keys if _js(config.get(k)) != _js(defaults.get(k)))
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+  """Finished runs grouped into cells: one cell per resolved config but the seed (runs.resolved_config), shown by
+  `group_keys(rows)` plus, when runs shown alike differ in other keys, a "variant" naming those keys (non-default
+  values). Each: {key fields, [variant], config, head_kind, n, runs, members, metrics: {column: (mean, std,
+  count)}, epochs: [per seed], stopped_early: [per seed, None = unknown]}."""
+  keys = group_keys(rows)
+  finished = [row for row in rows if row["status"] == sweep.FINISHED]
+  vkeys = variant_keys(finished, keys)
+  groups: dict[tuple, list[dict]] = {}
+  for row in finished:
+    config = row.get("config") or {}
+    shown = tuple(str(row.get(k)) for k in keys)
+    groups.setdefault((shown, tuple(_js(config.get(k)) for k in vkeys)), []).append(row)
   out = []
-  for key in sorted(groups):
-    members = groups[key]
+  for shown, variant in sorted(groups):
+    members = groups[(shown, variant)]
     metrics = {}
     for col, get in METRICS:
       values = [float(v) for v in (get(m["results"]) for m in members) if v is not None]
       metrics[col] = (*mean_std(values), len(values))
-    out.append({**dict(zip(keys, key)), "head_kind": members[0]["head_kind"], "n": len(members),
+    out.append({**dict(zip(keys, shown)), **({"variant": variant_label(members[0], vkeys)} if vkeys else {}),
+                "config": members[0].get("config") or {}, "head_kind": members[0]["head_kind"], "n": len(members),
                 "runs": [m["run"] for m in members], "members": members, "metrics": metrics,
                 "epochs": [m["epochs"] for m in members if m["epochs"] is not None],
                 "stopped_early": [m["stopped_early"] for m in members]})
@@ -103,56 +139,24 @@ def gold_by_length(group_rows: list[dict], split: str = "dev", buckets=None) -> 
 
 BOOTSTRAP_RESAMPLES = 10_000
 _BOOTSTRAP_CELLS = 4_000_000  # record indices drawn per chunk (memory), not a statistical setting
-
-
-def _incomplete_beta(x: float, a: float, b: float) -> float:
-  """Regularized incomplete beta I_x(a, b) by its continued fraction (Numerical Recipes 6.4, modified Lentz)."""
-  if x <= 0.0:
-    return 0.0
-  if x >= 1.0:
-    return 1.0
-  if x > (a + 1) / (a + b + 2):  # the fraction converges fast below this point; use the symmetry above it
-    return 1.0 - _incomplete_beta(1.0 - x, b, a)
-  front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
-  tiny = 1e-300
-  c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-  d = 1.0 / (d if abs(d) > tiny else tiny)
-  f = d
-  for m in range(1, 500):
-    for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                      -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-      d = 1.0 + numerator * d
-      d = 1.0 / (d if abs(d) > tiny else tiny)
-      c = 1.0 + numerator / c
-      c = c if abs(c) > tiny else tiny
-      f *= c * d
-    if abs(c * d - 1.0) < 1e-15:
-      break
-  return front * f
+ALPHA = 0.05  # "significant": both Holm-adjusted p values below this, and the influence check passed
+INFLUENCE_K = 5  # records left out of both cells by the influence check (--influence_k)
+SHARE_TOPS = (1, 5, 10)  # the influence table's share of the difference carried by the top 1, 5, 10 records
+# Config keys a comparison's two cells may differ in (prefixes); any other difference skips the comparison.
+ROPE_KEYS = ("model.use_rope",)
+HEAD_KEYS = ("model.head", "model.use_rope")
+TRICK_KEYS = ("adversarial.", "optimizer.ema_decay", "optimizer.ema_warmup")
+LENGTH_KEYS = ("data.max_len", "data.buckets", "data.stride")
 
 
 def t_cdf(t: float, df: float) -> float:
-  """Student's t distribution function: P(T <= t) with `df` degrees of freedom."""
-  tail = 0.5 * _incomplete_beta(df / (df + t * t), df / 2, 0.5)
-  return 1.0 - tail if t > 0 else tail
+  """Student's t distribution function: P(T <= t) with `df` degrees of freedom (scipy.stats.t.cdf)."""
+  return float(scipy_stats.t.cdf(t, df))
 
 
 def t_quantile(q: float, df: float) -> float:
-  """The t with P(T <= t) = q (bisection on t_cdf; scipy.stats.t.ppf without scipy)."""
-  if q == 0.5:
-    return 0.0
-  if q < 0.5:
-    return -t_quantile(1.0 - q, df)
-  hi = 1.0
-  while t_cdf(hi, df) < q:
-    hi *= 2
-  lo = 0.0
-  for _ in range(200):
-    mid = (lo + hi) / 2
-    lo, hi = (mid, hi) if t_cdf(mid, df) < q else (lo, mid)
-    if hi - lo < 1e-12 * hi:
-      break
-  return (lo + hi) / 2
+  """The t with P(T <= t) = q (scipy.stats.t.ppf)."""
+  return float(scipy_stats.t.ppf(q, df))
 
 
 def mean_t_interval(values, level: float = 0.95) -> tuple[float, float | None, float | None]:
@@ -161,8 +165,32 @@ def mean_t_interval(values, level: float = 0.95) -> tuple[float, float | None, f
   mean = statistics.mean(values)
   if len(values) < 2:
     return mean, None, None
-  half = t_quantile(0.5 + level / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+  half = t_quantile(0.5 + level / 2, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
   return mean, mean - half, mean + half
+
+
+def seed_t_test(values) -> tuple[float | None, str | None]:
+  """(two-sided p, None) of a one-sample t-test of the per-seed differences against 0, i.e. the paired t-test of
+  the two cells' per-seed F1s (scipy.stats.ttest_rel); (None, why) for one seed or differences without spread."""
+  values = np.asarray(values, np.float64)
+  if len(values) < 2:
+    return None, "n = 1"
+  if np.ptp(values) <= 1e-12:  # equal up to rounding: scipy would warn and give a meaningless p
+    return None, "no spread over seeds"
+  return float(scipy_stats.ttest_1samp(values, 0.0).pvalue), None
+
+
+def holm(pvalues) -> list[float | None]:
+  """Holm's step-down adjustment of one family's p values, in their order: the i-th smallest of m is multiplied by
+  m - i + 1 (i from 1), capped at 1, then made non-decreasing along that order. None (not tested) stays None and
+  does not count in m."""
+  tested = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+  out: list[float | None] = [None] * len(pvalues)
+  running = 0.0
+  for rank, (p, i) in enumerate(tested):
+    running = max(running, min(1.0, (len(tested) - rank) * p))
+    out[i] = running
+  return out
 
 
 def micro_f1(tp, fp, fn):
@@ -172,22 +200,30 @@ def micro_f1(tp, fp, fn):
   return np.divide(2 * tp, den, out=np.zeros_like(den), where=den > 0)
 
 
-def paired_bootstrap(counts_a, counts_b, *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0):
-  """Paired bootstrap over records of the mean over seeds of F1(A) - F1(B).
+def _contrast_f1(totals, weights):
+  """Per seed sum over cells of weight x micro-F1; totals [cell, seed, 3, ...] -> [seed, ...]."""
+  f1 = micro_f1(totals[:, :, 0], totals[:, :, 1], totals[:, :, 2])
+  return np.tensordot(np.asarray(weights, np.float64), f1, axes=1)
 
-  counts_a, counts_b: int [S, 3, R]: per seed (paired: row s of A and of B share a seed), the (tp, fp, fn) of each
+
+def contrast_bootstrap(counts, weights, *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0):
+  """Paired bootstrap over records of the mean over seeds of sum_c weights[c] x F1(cell c), e.g. weights (1, -1):
+  F1(A) - F1(B); (1, -1, -1, 1): the difference at one max_len minus that at another.
+
+  counts: int [C, S, 3, R]: per cell and seed (paired: row s of every cell shares a seed), the (tp, fp, fn) of each
   of the R records, in record order. Each resample draws R record indices with replacement from
   `numpy.random.default_rng(seed)` (as one `integers(0, R, size=(resamples, R))` call; drawn in chunks, the same
-  numbers), the same indices for both cells and every seed; each F1 is the micro-F1 of the counts summed over the
-  drawn records. Returns (observed statistic, two-sided p, the resampled statistics): p = 2 x the share of
-  resampled statistics on the other side of 0 from the observed one (0 itself counts as the other side), at most 1.
+  numbers), the same indices for every cell and seed; each F1 is the micro-F1 of the counts summed over the drawn
+  records. Returns (observed statistic, two-sided p, the resampled statistics): p = 2 x the share of resampled
+  statistics on the other side of 0 from the observed one (0 itself counts as the other side), at most 1.
   """
-  a, b = np.asarray(counts_a, np.int64), np.asarray(counts_b, np.int64)
-  if a.shape != b.shape or a.ndim != 3 or a.shape[1] != 3:
-    raise ValueError(f"counts must both be [seeds, 3, records], got {a.shape} and {b.shape}")
-  seeds, _, records = a.shape
-  observed = float(np.mean(micro_f1(*a.sum(-1).T) - micro_f1(*b.sum(-1).T)))
-  counts_RC = np.concatenate([a, b]).reshape(2 * seeds * 3, records).T.astype(np.float64)
+  counts = np.asarray(counts, np.int64)
+  weights = np.asarray(weights, np.float64)
+  if counts.ndim != 4 or counts.shape[2] != 3 or counts.shape[0] != len(weights) or counts.shape[3] == 0:
+    raise ValueError(f"counts must be [{len(weights)} cells, seeds, 3, records > 0], got {counts.shape}")
+  cells, seeds, _, records = counts.shape
+  observed = float(np.mean(_contrast_f1(counts.sum(-1), weights)))
+  counts_RC = counts.reshape(cells * seeds * 3, records).T.astype(np.float64)
   rng = np.random.default_rng(seed)
   chunk = max(1, min(resamples, _BOOTSTRAP_CELLS // records))
   stats = []
@@ -195,74 +231,244 @@ def paired_bootstrap(counts_a, counts_b, *, resamples: int = BOOTSTRAP_RESAMPLES
     n = min(chunk, resamples - start)
     idx_NR = rng.integers(0, records, size=(n, records))
     times_NR = np.bincount((np.arange(n)[:, None] * records + idx_NR).ravel(), minlength=n * records)
-    sums = (times_NR.reshape(n, records).astype(np.float64) @ counts_RC).reshape(n, 2, seeds, 3)
+    sums = (times_NR.reshape(n, records).astype(np.float64) @ counts_RC).reshape(n, cells, seeds, 3)
     f1 = micro_f1(sums[..., 0], sums[..., 1], sums[..., 2])  # [n, cell, seed]
-    stats.append((f1[:, 0] - f1[:, 1]).mean(-1))
+    stats.append(np.einsum("ncs,c->ns", f1, weights).mean(-1))
   stats = np.concatenate(stats)
   other_side = stats <= 0 if observed > 0 else stats >= 0 if observed < 0 else np.ones_like(stats, bool)
   return observed, min(1.0, 2 * float(other_side.mean())), stats
+
+
+def paired_bootstrap(counts_a, counts_b, *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0):
+  """`contrast_bootstrap` of F1(A) - F1(B): counts_a, counts_b int [S, 3, R] (row s of A and of B share a seed)."""
+  a, b = np.asarray(counts_a, np.int64), np.asarray(counts_b, np.int64)
+  if a.shape != b.shape or a.ndim != 3 or a.shape[1] != 3:
+    raise ValueError(f"counts must both be [seeds, 3, records], got {a.shape} and {b.shape}")
+  return contrast_bootstrap(np.stack([a, b]), (1.0, -1.0), resamples=resamples, seed=seed)
+
+
+def influence(counts, weights, *, k: int = INFLUENCE_K, resamples: int = BOOTSTRAP_RESAMPLES, ids=None) -> dict:
+  """How much of a contrast (`contrast_bootstrap`'s statistic, mean over seeds) single records carry.
+
+  effect[r]: the statistic with record r dropped from every cell and seed, minus the full one. A record carries
+  the difference in its direction when dropping it moves the statistic towards 0 (carried = -effect x sign).
+  share[n]: the summed carried amount of the n records carrying most, as a share of |difference| (n in
+  SHARE_TOPS; loo effects do not add up exactly, so a share can pass 1). The top k such records are then left out
+  of every cell: the difference, its t-interval over seeds and the bootstrap p without them; flagged when that
+  difference is at most half the full one (halved, or its sign flipped). top: [{index, id (ids[index] or None),
+  effect}] of those records (index in the split's records)."""
+  counts = np.asarray(counts, np.int64)
+  weights = np.asarray(weights, np.float64)
+  records = counts.shape[-1]
+  totals = counts.sum(-1)  # [C, S, 3]
+  full = float(np.mean(_contrast_f1(totals, weights)))
+  effect = np.mean(_contrast_f1(totals[..., None] - counts, weights), axis=0) - full  # [R]
+  carried = -effect * np.sign(full)
+  order = np.argsort(-carried, kind="stable")
+  order = order[carried[order] > 0]
+  share = {n: (float(carried[order[:n]].sum()) / abs(full) if full else None) for n in SHARE_TOPS}
+  top = order[:max(0, k)]
+  keep = np.ones(records, bool)
+  keep[top] = False
+  out = {"full": full, "effect": effect, "share": share, "k": k, "mean": None, "low": None, "high": None,
+         "p": None, "flagged": False, "flip": False,
+         "top": [{"index": int(i), "id": ids[i] if ids is not None else None, "effect": float(effect[i])}
+                 for i in top]}
+  if keep.any():
+    kept = counts[..., keep]
+    out["mean"], out["low"], out["high"] = mean_t_interval(_contrast_f1(kept.sum(-1), weights))
+    out["p"] = contrast_bootstrap(kept, weights, resamples=resamples)[1] if len(top) else None
+  if full and out["mean"] is not None:
+    out["flagged"] = out["mean"] / full <= 0.5
+    out["flip"] = out["mean"] * full < 0
+  return out
 
 
 def _context(g: dict) -> tuple:
   return (g["dataset"], g["encoder"], g.get("max_len"))
 
 
-def comparisons(summary: list[dict]) -> list[tuple[dict, dict, str]]:
-  """(group A, group B, what) for the study's comparisons, within one dataset x encoder (x max_len): RoPE on vs
-  off per head; GP (standard head, with RoPE) vs CRF; EGP (efficient) vs GP with and without RoPE (all among runs
-  without tricks); and each training trick against the plain runs of the same head and RoPE."""
-  cells = {(_context(g), g["head"], g["rope"], g.get("trick", PLAIN)): g for g in summary}
+def _rope_name(rope: str) -> str:
+  return "RoPE" if rope == "True" else "no RoPE"
+
+
+def _comparisons(summary: list[dict]) -> list[tuple[dict, dict, str, tuple[str, ...]]]:
+  """`comparisons`, each with the config key prefixes its two cells may differ in."""
+  cells = {(_context(g), g["head"], g["rope"], g.get("trick", PLAIN), g.get("variant", "")): g for g in summary}
   out = []
-  for ctx in sorted({_context(g) for g in summary}, key=lambda c: tuple(map(str, c))):
-    heads = sorted({h for (c, h, _, t) in cells if c == ctx and t == PLAIN})
-    pairs = [((h, "True", PLAIN), (h, "False", PLAIN), f"RoPE on vs off ({h})") for h in heads]
-    pairs += [(("standard", "True", PLAIN), ("crf", "n/a", PLAIN), "GP vs CRF (GP with RoPE)")]
-    pairs += [(("efficient", r, PLAIN), ("standard", r, PLAIN), f"EGP vs GP ({'RoPE' if r == 'True' else 'no RoPE'})")
+  for ctx, variant in sorted({(c, v) for c, _, _, _, v in cells}, key=lambda cv: tuple(map(str, cv))):
+    heads = sorted({h for (c, h, _, t, v) in cells if (c, v) == (ctx, variant) and t == PLAIN})
+    pairs = [((h, "True", PLAIN), (h, "False", PLAIN), f"RoPE on vs off ({h})", ROPE_KEYS) for h in heads]
+    pairs += [(("standard", "True", PLAIN), ("crf", "n/a", PLAIN), "GP vs CRF (GP with RoPE)", HEAD_KEYS)]
+    pairs += [(("efficient", r, PLAIN), ("standard", r, PLAIN), f"EGP vs GP ({_rope_name(r)})", HEAD_KEYS[:1])
               for r in ("True", "False")]
-    pairs += [((h, r, t), (h, r, PLAIN), f"{t} vs plain ({h}, {'RoPE' if r == 'True' else 'no RoPE'})")
-              for (c, h, r, t) in sorted(cells, key=lambda k: tuple(map(str, k))) if c == ctx and t != PLAIN]
-    out += [(cells[(ctx, *a)], cells[(ctx, *b)], what) for a, b, what in pairs
-            if (ctx, *a) in cells and (ctx, *b) in cells]
+    pairs += [((h, r, t), (h, r, PLAIN), f"{t} vs plain ({h}, {_rope_name(r)})", TRICK_KEYS)
+              for (c, h, r, t, v) in sorted(cells, key=lambda k: tuple(map(str, k)))
+              if (c, v) == (ctx, variant) and t != PLAIN]
+    suffix = f" [{variant}]" if variant else ""
+    out += [(cells[(ctx, *a, variant)], cells[(ctx, *b, variant)], what + suffix, keys) for a, b, what, keys in pairs
+            if (ctx, *a, variant) in cells and (ctx, *b, variant) in cells]
   return out
+
+
+def comparisons(summary: list[dict]) -> list[tuple[dict, dict, str]]:
+  """(group A, group B, what) for the study's comparisons, within one dataset x encoder (x max_len) and variant:
+  RoPE on vs off per head; GP (standard head, with RoPE) vs CRF; EGP (efficient) vs GP with and without RoPE (all
+  among runs without tricks); and each training trick against the plain runs of the same head and RoPE."""
+  return [(a, b, what) for a, b, what, _ in _comparisons(summary)]
 
 
 def _per_record(results: dict, split: str):
-  """int [3, R] (tp, fp, fn) per record of `split`, or None when results.json has no per-record counts."""
+  """int [3, R] (tp, fp, fn) per record of `split`, or None when results.json has no (usable) per-record counts."""
   counts = (results.get(split) or {}).get("per_record")
-  if not counts or any(k not in counts for k in ("tp", "fp", "fn")):
+  if not isinstance(counts, dict) or any(not isinstance(counts.get(k), list) for k in ("tp", "fp", "fn")):
     return None
-  return np.asarray([counts["tp"], counts["fp"], counts["fn"]], np.int64)
+  if len({len(counts[k]) for k in ("tp", "fp", "fn")}) > 1:
+    return None
+  return np.asarray([counts["tp"], counts["fp"], counts["fn"]], np.int64).reshape(3, -1)
 
 
-def significance(summary: list[dict], *, resamples: int = BOOTSTRAP_RESAMPLES) -> list[dict]:
-  """One dict per comparison: context, what, split (test when every paired run has it, else dev), seeds, the mean
-  over seeds of F1(A) - F1(B) with its 95% t-interval, and the paired bootstrap's p (None, with `why`, when a run
-  lacks per-record counts or the runs' records differ)."""
-  out = []
-  for a, b, what in comparisons(summary):
-    by_seed_a = {m["seed"]: m["results"] for m in a["members"]}
-    by_seed_b = {m["seed"]: m["results"] for m in b["members"]}
-    if len(by_seed_a) < len(a["members"]) or len(by_seed_b) < len(b["members"]):
-      raise ValueError(f"{what}: two runs of one cell share a seed ({a['runs'] + b['runs']}); the cells' runs must "
-                       "differ in seed only (report each sweep apart, or add the key they differ in)")
-    seeds = sorted((set(by_seed_a) & set(by_seed_b)) - {None}, key=str)
-    if not seeds:
-      continue
-    pairs = [(by_seed_a[s], by_seed_b[s]) for s in seeds]
-    split = "test" if all((r.get("test") or {}).get("f1") is not None for pair in pairs for r in pair) else "dev"
-    diffs = [ra[split]["f1"] - rb[split]["f1"] for ra, rb in pairs]
-    mean, low, high = mean_t_interval(diffs)
-    row = {"a": a, "b": b, "what": what, "split": split, "seeds": seeds, "mean": mean, "low": low, "high": high,
-           "p": None, "why": None}
-    counts = [(_per_record(ra, split), _per_record(rb, split)) for ra, rb in pairs]
-    missing = sum(c is None for pair in counts for c in pair)
-    if missing:
-      row["why"] = f"no per-record counts ({missing} of {2 * len(seeds)} runs)"
-    elif len({c.shape for pair in counts for c in pair}) > 1:
-      row["why"] = "runs differ in their records"
-    else:
-      observed, row["p"], _ = paired_bootstrap([ca for ca, _ in counts], [cb for _, cb in counts],
-                                               resamples=resamples)
-      row["bootstrap_mean"] = observed
-    out.append(row)
-  return out
+def _record_ids(results: dict, split: str, records: int):
+  """The corpus's record ids of `split` when results.json carries them (per_record "id" or "ids"), else None."""
+  counts = (results.get(split) or {}).get("per_record") or {}
+  ids = counts.get("id", counts.get("ids"))
+  return ids if isinstance(ids, list) and len(ids) == records else None
+
+
+def _differing(a: dict, b: dict) -> list[str]:
+  return sorted(k for k in set(a) | set(b) if _js(a.get(k)) != _js(b.get(k)))
+
+
+def _keys_text(keys: list[str], most: int = 4) -> str:
+  return ", ".join(keys[:most]) + (f" and {len(keys) - most} more" if len(keys) > most else "")
+
+
+def _contrast(terms, *, resamples: int, influence_k: int) -> tuple[dict | None, str | None]:
+  """(row, None) for terms [(weight, group, members)] paired by seed, or (None, why it cannot be paired)."""
+  try:
+    return _paired_contrast(terms, resamples=resamples, influence_k=influence_k)
+  except (ValueError, TypeError, KeyError, ArithmeticError) as e:  # a malformed results.json: say so, go on
+    return None, f"could not compare: {type(e).__name__}: {e}"
+
+
+def _paired_contrast(terms, *, resamples: int, influence_k: int) -> tuple[dict | None, str | None]:
+  by_seed = []
+  for _, _, members in terms:
+    seen = {}
+    for m in members:
+      if m["seed"] in seen:
+        return None, (f"two runs of one cell share seed {m['seed']} ({seen[m['seed']]['run']}, {m['run']}): their "
+                      "resolved configs are the same; report their sweeps apart")
+      seen[m["seed"]] = m
+    by_seed.append(seen)
+  seeds = sorted(set.intersection(*(set(s) - {None} for s in by_seed)), key=str)
+  if not seeds:
+    return None, "no seed in common (seeds " + " vs ".join(",".join(map(str, sorted(s, key=str))) or "-"
+                                                           for s in by_seed) + ")"
+  results = [[s[seed]["results"] for seed in seeds] for s in by_seed]  # [term][seed]
+  split = "test" if all((r.get("test") or {}).get("f1") is not None for term in results for r in term) else "dev"
+  if any((r.get(split) or {}).get("f1") is None for term in results for r in term):
+    return None, f"a run has no {split} F1"
+  weights = [w for w, _, _ in terms]
+  values = [sum(w * term[i][split]["f1"] for w, term in zip(weights, results)) for i in range(len(seeds))]
+  mean, low, high = mean_t_interval(values)
+  t_p, t_why = seed_t_test(values)
+  row = {"terms": terms, "split": split, "seeds": seeds, "values": values, "mean": mean, "low": low, "high": high,
+         "t_p": t_p, "t_why": t_why, "p": None, "why": None, "influence": None}
+  counts = [[_per_record(r, split) for r in term] for term in results]
+  missing = sum(c is None for term in counts for c in term)
+  if missing:
+    row["why"] = f"no per-record counts ({missing} of {len(terms) * len(seeds)} runs)"
+  elif len({c.shape for term in counts for c in term}) > 1:
+    row["why"] = "runs differ in their records"
+  elif counts[0][0].shape[1] == 0:
+    row["why"] = "no records"
+  else:
+    counts = np.stack([np.stack(term) for term in counts])
+    row["bootstrap_mean"], row["p"], _ = contrast_bootstrap(counts, weights, resamples=resamples)
+    ids = _record_ids(results[0][0], split, counts.shape[-1])
+    row["influence"] = influence(counts, weights, k=influence_k, resamples=resamples, ids=ids)
+  return row, None
+
+
+def _max_len_order(value) -> tuple:
+  return (0, int(value), "") if str(value).isdigit() else (1, 0, str(value))
+
+
+def _arm_rows(family: list[dict], *, resamples: int, influence_k: int) -> tuple[list[dict], list[dict]]:
+  """Length arms: for a comparison made at several max_len, its difference at the longer minus that at the
+  shorter (e.g. RoPE on-off at 579 minus on-off at 128), a row of its own. Returns (rows, skipped)."""
+  arms: dict[tuple, list[dict]] = {}
+  for r in family:
+    if r.get("max_len") is not None:
+      arms.setdefault((r["a"]["dataset"], r["a"]["encoder"], r["what"]), []).append(r)
+  rows, skipped = [], []
+  for (_, _, what), found in arms.items():
+    found.sort(key=lambda r: _max_len_order(r["max_len"]), reverse=True)
+    for i, long in enumerate(found):
+      for short in found[i + 1:]:
+        base = {"study": long["study"], "a": long["a"], "b": long["b"], "arms": (long["max_len"], short["max_len"]),
+                "max_len": f"{long['max_len']} - {short['max_len']}",
+                "what": f"{what}: max_len {long['max_len']} minus {short['max_len']}"}
+        extra = sorted({k for x, y in ((long["a"], short["a"]), (long["b"], short["b"]))
+                        for k in _differing(x["config"], y["config"]) if not k.startswith(LENGTH_KEYS)})
+        if extra:
+          skipped.append({**base, "why": f"the arms differ in more than max_len: {_keys_text(extra)}"})
+          continue
+        terms = long["terms"] + [(-w, g, m) for w, g, m in short["terms"]]
+        row, why = _contrast(terms, resamples=resamples, influence_k=influence_k)
+        (skipped.append({**base, "why": why}) if why else rows.append({**base, **row}))
+  return rows, skipped
+
+
+def significant(row: dict, alpha: float = ALPHA) -> bool:
+  """Holds after Holm's adjustment at both levels (seeds: paired t-test; records: paired bootstrap) and is not
+  flagged by the influence check."""
+  return (row.get("t_p_holm") is not None and row["t_p_holm"] < alpha and row.get("p_holm") is not None
+          and row["p_holm"] < alpha and row.get("influence") is not None and not row["influence"]["flagged"])
+
+
+def compare(summary: list[dict], *, resamples: int = BOOTSTRAP_RESAMPLES,
+            influence_k: int = INFLUENCE_K) -> tuple[list[dict], list[dict]]:
+  """(rows, skipped): the study's comparisons (`comparisons`), one family per study (runs.study_of), each
+  comparison on the runs of that study only, plus the length-arm rows (`_arm_rows`).
+
+  A row: study, a, b, what, max_len, split (test when every paired run has it, else dev), seeds, values (per seed
+  F1(A) - F1(B)), mean with its 95% t-interval (low, high), t_p (paired t-test over seeds; None with t_why), p
+  (paired bootstrap over records; None with why when a run lacks per-record counts or the runs' records differ),
+  influence (`influence`, None without counts), t_p_holm and p_holm (Holm within the study) and significant.
+  A skipped comparison: study, a, b, what, max_len and why: its cells differ in more than the compared setting,
+  share a seed within a cell, or have no seed in common."""
+  rows, skipped = [], []
+  pairs = _comparisons(summary)
+  for study in sorted({m.get("study") for g in summary for m in g["members"]}, key=str):
+    family = []
+    for a, b, what, keys in pairs:
+      members_a = [m for m in a["members"] if m.get("study") == study]
+      members_b = [m for m in b["members"] if m.get("study") == study]
+      if not members_a or not members_b:
+        continue
+      base = {"study": study, "a": a, "b": b, "what": what, "max_len": a.get("max_len")}
+      extra = [k for k in _differing(a["config"], b["config"]) if not k.startswith(keys)]
+      if extra:
+        skipped.append({**base, "why": f"the cells differ in more than the compared setting: {_keys_text(extra)}"})
+        continue
+      row, why = _contrast([(1.0, a, members_a), (-1.0, b, members_b)], resamples=resamples,
+                           influence_k=influence_k)
+      (skipped.append({**base, "why": why}) if why else family.append({**base, **row}))
+    arm_rows, arm_skipped = _arm_rows(family, resamples=resamples, influence_k=influence_k)
+    family += arm_rows
+    skipped += arm_skipped
+    for key in ("t_p", "p"):
+      for row, adjusted in zip(family, holm([r[key] for r in family])):
+        row[f"{key}_holm"] = adjusted
+    for row in family:
+      row["significant"] = significant(row)
+    rows += family
+  return rows, skipped
+
+
+def significance(summary: list[dict], *, resamples: int = BOOTSTRAP_RESAMPLES,
+                 influence_k: int = INFLUENCE_K) -> list[dict]:
+  """The rows of `compare` (comparisons that could be paired)."""
+  return compare(summary, resamples=resamples, influence_k=influence_k)[0]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import statistics
 
 from launch import sweep
-from launch.report.stats import METRICS, length_buckets, pooled_by_length, significance, summarize
+from launch.report.stats import (ALPHA, BOOTSTRAP_RESAMPLES, INFLUENCE_K, METRICS, SHARE_TOPS, compare,
+                                  length_buckets, pooled_by_length, summarize)
 
 PERCENT = {"dev F1", "dev P", "dev R", "test F1", "test P", "test R"}  # fractions in results.json, shown in %
 
@@ -22,14 +23,16 @@ def fmt_cell(col: str, mean, std, count: int, n: int) -> str:
 
 def _key_cells(g: dict) -> list[str]:
   return [g["dataset"], g["encoder"], *([g["max_len"]] if "max_len" in g else []), g["head"], g["rope"],
-          *([g["trick"]] if "trick" in g else []), str(g["n"])]
+          *([g["trick"]] if "trick" in g else []), *([g["variant"] or "-"] if "variant" in g else []), str(g["n"])]
 
 
 def _key_header(summary: list[dict]) -> list[str]:
-  """Column names of `_key_cells`: max_len only when the groups are split by it."""
+  """Column names of `_key_cells`: max_len only when the groups are split by it, variant when cells shown alike
+  differ in other config keys."""
   max_len = ["max_len"] if any("max_len" in g for g in summary) else []
   trick = ["tricks"] if any("trick" in g for g in summary) else []
-  return ["dataset", "encoder", *max_len, "head", "RoPE", *trick, "n"]
+  variant = ["variant (non-default keys)"] if any("variant" in g for g in summary) else []
+  return ["dataset", "encoder", *max_len, "head", "RoPE", *trick, *variant, "n"]
 
 
 def _row(cells) -> str:
@@ -122,34 +125,146 @@ def fmt_p(p: float) -> str:
   return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
-def significance_table(rows: list[dict]) -> str:
-  """One line per comparison of `stats.significance`; "" when there is none."""
+def fmt_p_holm(p: float, adjusted: float | None) -> str:
+  """`p = 0.012 (Holm 0.048)`."""
+  holm = "-" if adjusted is None else "< 0.001" if adjusted < 0.001 else f"{adjusted:.3f}"
+  return f"{fmt_p(p)} (Holm {holm})"
+
+
+def _points(x: float) -> str:
+  return f"{100 * x:+.2f}"
+
+
+def _interval(low, high) -> str:
+  return "- (n = 1)" if low is None else f"[{_points(low)}, {_points(high)}]"
+
+
+def study_names(studies) -> dict:
+  """Study path -> short name: the path below the studies' common folder (its own name when there is one)."""
+  studies = sorted({s for s in studies if s is not None})
+  if len(studies) <= 1:
+    return {s: s.rstrip("/").split("/")[-1] for s in studies}
+  parts = [s.rstrip("/").split("/") for s in studies]
+  common = 0
+  while all(len(p) > common + 1 for p in parts) and len({p[common] for p in parts}) == 1:
+    common += 1
+  return {s: "/".join(p[common:]) for s, p in zip(studies, parts)}
+
+
+def _influence_cell(inf: dict | None) -> str:
+  if inf is None:
+    return "-"
+  if inf["mean"] is None or not inf["top"]:
+    return "holds (no record carries it)" if not inf["flagged"] else "flagged"
+  after = f"{_points(inf['mean'])} without top {len(inf['top'])}"
+  if inf["flagged"]:
+    return f"flagged: {'sign flips' if inf['flip'] else 'halved'} ({after})"
+  return f"holds ({after})"
+
+
+def _where(r: dict, names: dict, several_studies: bool, max_len: bool) -> list[str]:
+  a = r["a"]
+  return [*([names.get(r.get("study"), "-")] if several_studies else []), a["dataset"], a["encoder"],
+          *([str(r.get("max_len") or "")] if max_len else [])]
+
+
+def significance_table(rows: list[dict], studies=None) -> str:
+  """One line per comparison of `stats.compare` (numbered as in `influence_table`); "" when there is none.
+  `studies`: every study of the report (short names are made from them; default: those of `rows`)."""
   if not rows:
     return ""
-  max_len = any("max_len" in r["a"] for r in rows)
-  cols = ["dataset", "encoder", *(["max_len"] if max_len else []), "comparison (A vs B)", "split", "seeds",
-          "F1(A) - F1(B), mean over seeds", "95% t-interval", "paired bootstrap"]
+  names = study_names(r.get("study") for r in rows) if studies is None else study_names(studies)
+  several = len(names) > 1
+  max_len = any(r.get("max_len") is not None for r in rows)
+  cols = ["#", *(["study"] if several else []), "dataset", "encoder", *(["max_len"] if max_len else []),
+          "comparison (A vs B)", "split", "seeds", "F1(A) - F1(B), mean over seeds", "95% t-interval",
+          "paired t-test over seeds", "paired bootstrap over records", "influence check", "significant"]
   lines = [_row(cols), "|" + "---|" * len(cols)]
-  for r in rows:
-    a = r["a"]
-    interval = "- (n = 1)" if r["low"] is None else f"[{100 * r['low']:+.2f}, {100 * r['high']:+.2f}]"
-    cells = [a["dataset"], a["encoder"], *([a.get("max_len", "")] if max_len else []), r["what"], r["split"],
-             ", ".join(map(str, r["seeds"])), f"{100 * r['mean']:+.2f}", interval,
-             r["why"] if r["p"] is None else fmt_p(r["p"])]
+  for i, r in enumerate(rows, 1):
+    t_test = f"- ({r.get('t_why')})" if r.get("t_p") is None else fmt_p_holm(r["t_p"], r.get("t_p_holm"))
+    boot = r["why"] if r["p"] is None else fmt_p_holm(r["p"], r.get("p_holm"))
+    cells = [str(i), *_where(r, names, several, max_len), r["what"], r["split"], ", ".join(map(str, r["seeds"])),
+             _points(r["mean"]), _interval(r["low"], r["high"]), t_test, boot, _influence_cell(r.get("influence")),
+             "**yes**" if r.get("significant") else "no"]
     lines.append(_row(cells))
   return "\n".join(lines)
 
 
-def markdown(rows: list[dict], summary: list[dict]) -> str:
+def _record_name(rec: dict) -> str:
+  return f"#{rec['index']}" + (f" (id {str(rec['id']).replace('|', '/')})" if rec.get("id") is not None else "")
+
+
+def influence_table(rows: list[dict]) -> str:
+  """Per comparison with per-record counts (numbered as in `significance_table`): the leave-one-out check of
+  `stats.influence`; "" when no comparison has counts."""
+  found = [(i, r) for i, r in enumerate(rows, 1) if r.get("influence") is not None]
+  if not found:
+    return ""
+  k = max(r["influence"]["k"] for _, r in found)
+  cols = ["#", "comparison", "F1(A) - F1(B) from the counts",
+          "share carried by the top " + " / ".join(map(str, SHARE_TOPS)) + " records",
+          f"top {k} records: index in the split (leave-one-out effect)", "F1(A) - F1(B) without them",
+          "95% t-interval", "paired bootstrap", "check"]
+  lines = [_row(cols), "|" + "---|" * len(cols)]
+  for i, r in found:
+    inf = r["influence"]
+    where = ", ".join([r["a"]["dataset"], *([str(r["max_len"])] if r.get("max_len") is not None else [])])
+    share = " / ".join("-" if inf["share"][n] is None else f"{100 * inf['share'][n]:.0f}%" for n in SHARE_TOPS)
+    top = ", ".join(f"{_record_name(rec)} ({_points(rec['effect'])})" for rec in inf["top"]) or "-"
+    cells = [str(i), f"{where}: {r['what']}", _points(inf["full"]), share, top,
+             "-" if inf["mean"] is None else _points(inf["mean"]), _interval(inf["low"], inf["high"]),
+             "-" if inf["p"] is None else fmt_p(inf["p"]),
+             "**flagged**" if inf["flagged"] else "holds"]
+    lines.append(_row(cells))
+  return "\n".join(lines)
+
+
+def skipped_lines(skipped: list[dict], studies=None) -> list[str]:
+  """One line per comparison that could not be paired (`stats.compare`), saying why. `studies` as in
+  `significance_table`."""
+  names = study_names(s.get("study") for s in skipped) if studies is None else study_names(studies)
+  out = []
+  for s in skipped:
+    a = s["a"]
+    where = ", ".join([*([names.get(s.get("study"), "-")] if len(names) > 1 else []), a["dataset"], a["encoder"],
+                       *([f"max_len {s['max_len']}"] if s.get("max_len") is not None else [])])
+    out.append(f"- skipped {where}: {s['what']}: {s['why']}")
+  return out
+
+
+def markdown(rows: list[dict], summary: list[dict], *, influence_k: int = INFLUENCE_K,
+             resamples: int = BOOTSTRAP_RESAMPLES) -> str:
   parts = ["## Finished runs (mean ± sample std over seeds; F1/P/R in %)", "", groups_table(summary)]
-  tests = significance_table(significance(summary))
-  if tests:
+  if any("variant" in g for g in summary):
+    parts += ["", "Cells are runs whose configs (a key an older config.json lacks at today's default, "
+              "model.dtype=auto as what it resolved to) differ in the seed only; cells shown alike are told apart "
+              "by the keys they differ in (variant: their non-default values)."]
+  compared, skipped = compare(summary, resamples=resamples, influence_k=influence_k)
+  studies = [r.get("study") for r in compared + skipped]
+  tests = significance_table(compared, studies)
+  if tests or skipped:
     parts += ["", "## Significance (F1 points; runs paired by seed)", "",
-              "Mean over seeds of F1(A) - F1(B) with a 95% t-interval (t quantile with n - 1 degrees of freedom), "
-              "and a two-sided paired bootstrap over records: 10,000 resamples of record indices "
-              "(`numpy.random.default_rng(0)`), the same for both cells and every seed, each F1 recomputed from the "
-              "summed per-record counts; p = 2 x the share of resampled differences on the other side of 0.", "",
-              tests]
+              "Mean over seeds of F1(A) - F1(B) with a 95% t-interval (t quantile with n - 1 degrees of freedom) "
+              "and the paired t-test over seeds; a two-sided paired bootstrap over records: "
+              f"{resamples:,} resamples of record indices (`numpy.random.default_rng(0)`), the same for both cells "
+              "and every seed, each F1 recomputed from the summed per-record counts; p = 2 x the share of resampled "
+              "differences on the other side of 0. Both p values are Holm-adjusted within each study (the family: "
+              "every comparison printed for one study folder that has that p). Rows with max_len `L1 - L2` are length arms: the "
+              "difference at L1 minus the difference at L2. Influence check: the top "
+              f"{influence_k} records carrying the difference are left out of both cells; flagged when that halves "
+              f"the difference or flips its sign. Significant: both adjusted p < {ALPHA} and not flagged.", ""]
+    parts += [tests] if tests else ["(no comparison could be paired)"]
+    if skipped:
+      parts += ["", *skipped_lines(skipped, studies)]
+  influence = influence_table(compared)
+  if influence:
+    parts += ["", "## Influence of single records (leave-one-out over the per-record counts)", "",
+              "Effect of a record: F1(A) - F1(B) (mean over seeds, F1 from the per-record counts) with the record "
+              "dropped from both cells, minus the full difference. Share: the summed effects of the records that "
+              "carry the difference most (in its direction) over the difference. Then the top records are left "
+              "out of both cells: the difference, its t-interval over seeds and the bootstrap p without them. "
+              "Records are named by their index in the reported split (and the corpus's id where results.json "
+              "carries one).", "", influence]
   lengths = length_table(rows, summary)
   if lengths:
     parts += ["", "## Dev F1 (%) by gold entity length in encoder tokens (tp/pred/gold pooled over seeds)", "",
