@@ -166,20 +166,52 @@ def _tile_valid(plan, valid_q_BL, valid_k_BL, r0, c0):
   return (vr_BGR[..., :, None] & vc_BGC[..., None, :] & allowed_RC)[:, None]
 
 
-def _tile_gold(plan, span_ids_BHK, r0, c0):
-  """bool `[B, H, G, rows, cols]`: the gold cells of this step (a scatter of K ids, no [.., K] compare)."""
-  B, H, _ = span_ids_BHK.shape
+GOLD_CHUNK = 32  # sorted gold ids scattered per loop iteration of a step
+
+
+@dataclasses.dataclass(frozen=True)
+class _Gold:
+  """Each (b, h)'s gold ids sorted by (i, j) (`pallas_zlpr.sorted_gold`: invalid ids as L*L at the end) and, per
+  loop step t, the [lo, hi) range of those whose row lies in the step's rows: a step scatters only them, in chunks
+  of GOLD_CHUNK, so the -1 padding of `span_ids` (K = L from the pipeline) costs nothing per step."""
+
+  keys_BHK: jax.Array
+  lo_TBH: jax.Array
+  hi_TBH: jax.Array
+
+  @classmethod
+  def of(cls, plan, span_ids_BHK):
+    L = plan.length
+    keys_BHK, _ = pallas_zlpr.sorted_gold(span_ids_BHK, length=L, tile=L, blocks=1, by_column=False)
+    starts = jnp.asarray(plan.row_starts, jnp.int32)
+    ends = jnp.minimum(starts + plan.group * plan.rows, L)
+    search = lambda k, x: jnp.searchsorted(k, x, side="left")  # noqa: E731
+    rows = lambda x: jnp.moveaxis(jax.vmap(jax.vmap(lambda k: search(k, x * L)))(keys_BHK), -1, 0)  # noqa: E731
+    return cls(keys_BHK, rows(starts).astype(jnp.int32), rows(ends).astype(jnp.int32))
+
+
+jax.tree_util.register_dataclass(_Gold, data_fields=["keys_BHK", "lo_TBH", "hi_TBH"], meta_fields=[])
+
+
+def _tile_gold(plan, keys_BHK, lo_BH, hi_BH, r0, c0):
+  """bool `[B, H, G, rows, cols]`: the gold cells of this step, scattered from the sorted ids of its rows only."""
+  B, H, K = keys_BHK.shape
   L, R = plan.length, plan.rows
-  has_id = (span_ids_BHK >= 0) & (span_ids_BHK < L * L)
-  li = span_ids_BHK // L - r0
-  g = li // R
-  lc = span_ids_BHK % L - c0 - g * R
-  inside = has_id & (li >= 0) & (li < plan.group * R) & (lc >= 0) & (lc < plan.cols)
-  g = jnp.where(inside, g, plan.group)  # out of range: dropped
   b = jnp.arange(B)[:, None, None]
   h = jnp.arange(H)[None, :, None]
-  gold = jnp.zeros((B, H, plan.group, R, plan.cols), bool)
-  return gold.at[b, h, g, li % R, jnp.where(inside, lc, 0)].set(True, mode="drop")
+  chunks = (jnp.max(hi_BH - lo_BH) + GOLD_CHUNK - 1) // GOLD_CHUNK
+
+  def scatter(c, gold):
+    idx_BHC = lo_BH[..., None] + c * GOLD_CHUNK + jnp.arange(GOLD_CHUNK)
+    key_BHC = jnp.take_along_axis(keys_BHK, jnp.minimum(idx_BHC, K - 1), axis=-1)
+    li = key_BHC // L - r0
+    g = li // R
+    lc = key_BHC % L - c0 - g * R
+    inside = (idx_BHC < hi_BH[..., None]) & (lc >= 0) & (lc < plan.cols)
+    g = jnp.where(inside, g, plan.group)  # out of range: dropped
+    return gold.at[b, h, g, li % R, jnp.where(inside, lc, 0)].set(True, mode="drop")
+
+  return jax.lax.fori_loop(0, chunks, scatter, jnp.zeros((B, H, plan.group, R, plan.cols), bool))
 
 
 def _num_types(q_BHLD, sb_BHL, eb_BHL):
@@ -189,17 +221,19 @@ def _num_types(q_BHLD, sb_BHL, eb_BHL):
   return q_BHLD.shape[1]
 
 
-def _neg_scan(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, span_ids_BHK, *, save: bool):
+def _neg_scan(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, gold: _Gold, *, save: bool):
   """Online log-sum-exp over the steps -> (`[B, H]` log(1 + sum e^s), per step (e^(s - m_t), m_t) if save)."""
   B = q_BHLD.shape[0]
   H = _num_types(q_BHLD, sb_BHL, eb_BHL)
-  starts = (jnp.asarray(plan.row_starts, jnp.int32), jnp.asarray(plan.col_starts, jnp.int32))
+  starts = (jnp.asarray(plan.row_starts, jnp.int32), jnp.asarray(plan.col_starts, jnp.int32), gold.lo_TBH,
+            gold.hi_TBH)
 
-  def body(carry, r0_c0):
+  def body(carry, step):
     m_BH, rest_BH = carry
-    r0, c0 = r0_c0
+    r0, c0, lo_BH, hi_BH = step
     s_BHGRC, _, _ = _tile_scores(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, r0, c0)
-    neg_BHGRC = _tile_valid(plan, valid_q_BL, valid_k_BL, r0, c0) & ~_tile_gold(plan, span_ids_BHK, r0, c0)
+    neg_BHGRC = (_tile_valid(plan, valid_q_BL, valid_k_BL, r0, c0)
+                 & ~_tile_gold(plan, gold.keys_BHK, lo_BH, hi_BH, r0, c0))
     s_BHGRC = jnp.where(neg_BHGRC, s_BHGRC, -jnp.inf)
     m_new = jnp.maximum(m_BH, jnp.max(s_BHGRC, axis=(2, 3, 4)))  # m starts at 0: always finite
     e_BHGRC = jnp.exp(s_BHGRC - m_new[..., None, None, None])
@@ -214,32 +248,32 @@ def _neg_scan(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, span
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _neg_term(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, span_ids_BHK):
+def _neg_term(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, gold):
   """`[B, H]` float32: log(1 + sum over valid, non-gold cells of e^s)."""
-  return _neg_scan(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, span_ids_BHK, save=False)[0]
+  return _neg_scan(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, gold, save=False)[0]
 
 
-def _neg_fwd(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, span_ids_BHK):
+def _neg_fwd(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, gold):
   # Banded: keep the O(L * W) band of e^(s - m_t); full triangle: keep nothing, recompute tiles.
-  out_BH, saved = _neg_scan(
-      plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, span_ids_BHK, save=plan.banded
-  )
-  return out_BH, (q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, span_ids_BHK, out_BH, saved)
+  out_BH, saved = _neg_scan(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, gold, save=plan.banded)
+  return out_BH, (q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, gold, out_BH, saved)
 
 
 def _neg_bwd(plan, res, g_BH):
-  q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, span_ids_BHK, out_BH, saved = res
+  q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, gold, out_BH, saved = res
   Hq = q_BHLD.shape[1]
   scale = 1.0 / math.sqrt(q_BHLD.shape[-1])
-  starts = (jnp.asarray(plan.row_starts, jnp.int32), jnp.asarray(plan.col_starts, jnp.int32))
+  starts = (jnp.asarray(plan.row_starts, jnp.int32), jnp.asarray(plan.col_starts, jnp.int32), gold.lo_TBH,
+            gold.hi_TBH)
   g_BH = g_BH.astype(jnp.float32)
 
   def body(carry, xs):
     dq, dk, dsb, deb = carry
-    (r0, c0), saved_t = xs
+    (r0, c0, lo_BH, hi_BH), saved_t = xs
     if saved_t is None:  # recompute the tile
       s_BHGRC, q_BHGRD, k_BHGCD = _tile_scores(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, r0, c0)
-      neg_BHGRC = _tile_valid(plan, valid_q_BL, valid_k_BL, r0, c0) & ~_tile_gold(plan, span_ids_BHK, r0, c0)
+      neg_BHGRC = (_tile_valid(plan, valid_q_BL, valid_k_BL, r0, c0)
+                   & ~_tile_gold(plan, gold.keys_BHK, lo_BH, hi_BH, r0, c0))
       # d/ds log(1 + sum e^s) = e^(s - out); masked cells get exp(-inf) = 0, never inf * 0.
       p_BHGRC = jnp.exp(jnp.where(neg_BHGRC, s_BHGRC - out_BH[..., None, None, None], -jnp.inf))
     else:  # e^(s - out) = e^(s - m_t) e^(m_t - out); masked cells hold 0
@@ -262,7 +296,8 @@ def _neg_bwd(plan, res, g_BH):
   init = (zeros(q_BHLD), zeros(k_BHLD), zeros(sb_BHL), zeros(eb_BHL))
   (dq, dk, dsb, deb), _ = jax.lax.scan(body, init, (starts, saved))
   cast = lambda d, x: None if x is None else d.astype(x.dtype)  # noqa: E731
-  return (cast(dq, q_BHLD), cast(dk, k_BHLD), cast(dsb, sb_BHL), cast(deb, eb_BHL), None, None, None)
+  no_grad = jax.tree.map(lambda _: None, gold)
+  return (cast(dq, q_BHLD), cast(dk, k_BHLD), cast(dsb, sb_BHL), cast(deb, eb_BHL), None, None, no_grad)
 
 
 _neg_term.defvjp(_neg_fwd, _neg_bwd)
@@ -332,7 +367,7 @@ def blockwise_zlpr_loss(
     q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL = _prepare(
         q_BLHD, k_BLHD, attention_mask, start_bias_BHL, end_bias_BHL, plan
     )
-    neg_BH = _neg_term(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, span_ids_BHK)
+    neg_BH = _neg_term(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, _Gold.of(plan, span_ids_BHK))
 
   # Positives: K scores gathered directly (plain autodiff).
   H = span_ids_BHK.shape[1]

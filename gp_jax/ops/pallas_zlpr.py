@@ -3,13 +3,19 @@
 Scores s[b, h, i, j] = q_i . k_j / sqrt(d) (+ start_bias[b, h, i]) (+ end_bias[b, h, j]) exist for i <= j (and
 j - i < W when banded). The grid is (B, H, T): T upper-triangle tiles of `bs x bs` cells (only those touching the
 band when W is set), their row/column block numbers prefetched as scalars. Gold cells are left out inside each tile
-by comparing the tile's cell ids i * L + j with the K gold ids of that (b, h), read from SMEM.
+from the gold ids of its own row block only: the op sorts each (b, h)'s ids by (i, j) (by (j, i) for the dk pass,
+whose tiles are walked by column block) and prefetches, per (b, h) and block, the [lo, hi) range of sorted ids that
+start (end) in it; a tile marks those of them inside its columns (rows) in a `[bs, bs]` VMEM mask, one row update
+per id. Work per tile: O(bs^2 + bs * gold ids of its block), whatever the -1 padding of `span_ids` (K = L from the
+pipeline).
 
 Forward: an online max / sum-exp in float32 per (b, h), kept in VMEM scratch across the T steps; the result
 `[B, H]` is all the backward pass keeps besides the inputs. Backward: one kernel body, called twice. The dq pass
 visits tiles row block by row block and accumulates dq and d(start bias) of that row block; the dk pass visits the
 transposed tiles (k rows, q columns) column block by column block for dk and d(end bias). Both recompute
-e^(s - out) * g from the saved `out`. Gradients are per type h (a shared q/k head sums them over H afterwards).
+e^(s - out) * g from the saved `out`; their dots take bf16 operands when q and k are bf16 (f32 accumulation).
+Gradients are per type h (a shared q/k head sums them over H afterwards). Every pallas_call carries a
+`pl.CostEstimate`, so a compiled program's cost analysis counts the kernels.
 
 Interpret or compiled is decided by the platform the op is lowered for (`lax.platform_dependent`): TPU gets the
 Mosaic kernel with tiles rounded up to multiples of 128; every other platform runs the interpreted kernel with the
@@ -59,11 +65,28 @@ def _tile_size(length: int, block_size: int, compiled: bool) -> int:
   return -(-bs // _LANES) * _LANES if compiled else bs
 
 
-def _tile_scores(spec, a_blk, b_blk, a_ref, b_ref, abias_ref, bbias_ref, va_ref, vb_ref, ids_ref, *, transposed):
+def sorted_gold(span_ids_BHK, *, length: int, tile: int, blocks: int, by_column: bool):
+  """(keys `[B, H, K]` int32 ascending, ranges `[B, H, blocks + 1]` int32): keys are i * L + j of the gold ids (j * L
+  + i when `by_column`), invalid ids (-1 padding, outside [0, L*L)) as L*L at the end; the keys whose first
+  coordinate lies in block g (rows g*tile .. g*tile + tile - 1) are keys[ranges[g]:ranges[g + 1]]."""
+  L = length
+  valid = (span_ids_BHK >= 0) & (span_ids_BHK < L * L)
+  ids = jnp.where(valid, span_ids_BHK, 0)
+  keys = (ids % L) * L + ids // L if by_column else ids
+  keys = jnp.sort(jnp.where(valid, keys, L * L), axis=-1).astype(jnp.int32)
+  bounds = jnp.minimum(jnp.arange(blocks + 1) * tile, L) * L
+  search = lambda k: jnp.searchsorted(k, bounds, side="left")  # noqa: E731
+  ranges = jax.vmap(jax.vmap(search))(keys)
+  return keys, ranges.astype(jnp.int32)
+
+
+def _tile_scores(spec, a_blk, b_blk, a_ref, b_ref, abias_ref, bbias_ref, va_ref, vb_ref, ids_ref, rng_ref, gold_ref,
+                 *, transposed):
   """float32 `[bs, bs]` scores of one tile with the non-negative cells at -inf.
 
   Plain tiles: rows are q positions i (block a_blk), columns k positions j (block b_blk). Transposed tiles (the dk
-  pass): rows are k positions j, columns q positions i; `a` is then k and `b` q, biases swapped accordingly."""
+  pass): rows are k positions j, columns q positions i; `a` is then k and `b` q, biases swapped accordingly. The
+  sorted keys in `ids_ref` are (a position) * L + (b position) either way."""
   bs = spec.tile
   a, b = a_ref[...], b_ref[...]
   # Default matmul precision, as the XLA op's einsum (on TPU: bf16 passes for float32 inputs).
@@ -79,13 +102,23 @@ def _tile_scores(spec, a_blk, b_blk, a_ref, b_ref, abias_ref, bbias_ref, va_ref,
   keep = (va_ref[...] != 0) & (vb_ref[...] != 0) & (j >= i)
   if spec.max_span_width is not None:
     keep &= (j - i) < spec.max_span_width
-  cell = i * spec.length + j  # padding rows/columns alias other ids, but they are invalid anyway
+  gold_ref[...] = jnp.zeros_like(gold_ref)
+  first = (pl.program_id(0) * pl.num_programs(1) + pl.program_id(1)) * (spec.blocks + 1) + a_blk
+  col = jax.lax.broadcasted_iota(jnp.int32, (1, bs), 1)
 
-  def drop_gold(kk, gold):
-    return jnp.where(cell == ids_ref[0, kk], 1, gold)
+  def mark(kk, carry):
+    key = ids_ref[0, kk]  # >= 0: truncating div/rem (floor division would lower through sign())
+    r = jax.lax.div(key, jnp.int32(spec.length)) - a_blk * bs  # in [0, bs): the range holds this block's keys
+    c = jax.lax.rem(key, jnp.int32(spec.length)) - b_blk * bs
 
-  gold = jax.lax.fori_loop(0, ids_ref.shape[1], drop_gold, jnp.zeros((bs, bs), jnp.int32))
-  return jnp.where(keep & (gold == 0), s, -jnp.inf)
+    @pl.when((c >= 0) & (c < bs))
+    def _():
+      gold_ref[pl.ds(r, 1), :] = jnp.where(col == c, 1, gold_ref[pl.ds(r, 1), :])
+
+    return carry
+
+  jax.lax.fori_loop(rng_ref[first], rng_ref[first + 1], mark, 0)
+  return jnp.where(keep & (gold_ref[...] == 0), s, -jnp.inf)
 
 
 def _split_refs(spec, refs, transposed):
@@ -98,8 +131,8 @@ def _split_refs(spec, refs, transposed):
   return (a_ref, b_ref, abias_ref, bbias_ref, va_ref, vb_ref, ids_ref), refs
 
 
-def _fwd_kernel(spec, a_blk_ref, b_blk_ref, *refs):
-  tile_refs, (out_ref, m_ref, l_ref) = _split_refs(spec, refs, False)
+def _fwd_kernel(spec, a_blk_ref, b_blk_ref, rng_ref, *refs):
+  tile_refs, (out_ref, m_ref, l_ref, gold_ref) = _split_refs(spec, refs, False)
   t = pl.program_id(2)
 
   @pl.when(t == 0)
@@ -107,7 +140,7 @@ def _fwd_kernel(spec, a_blk_ref, b_blk_ref, *refs):
     m_ref[...] = jnp.zeros_like(m_ref)  # m starts at 0: log(1 + sum) needs no -inf start
     l_ref[...] = jnp.zeros_like(l_ref)
 
-  s = _tile_scores(spec, a_blk_ref[t], b_blk_ref[t], *tile_refs, transposed=False)
+  s = _tile_scores(spec, a_blk_ref[t], b_blk_ref[t], *tile_refs, rng_ref, gold_ref, transposed=False)
   m_prev = m_ref[...]
   m_new = jnp.maximum(m_prev, jnp.max(jnp.max(s, axis=1, keepdims=True), axis=0, keepdims=True))
   e = jnp.exp(s - m_new[:, :1])
@@ -121,11 +154,12 @@ def _fwd_kernel(spec, a_blk_ref, b_blk_ref, *refs):
     out_ref[...] = jnp.where(m > 0, m + jnp.log(jnp.exp(-m) + rest), jnp.log1p(rest))
 
 
-def _bwd_kernel(spec, transposed, a_blk_ref, b_blk_ref, *refs):
+def _bwd_kernel(spec, transposed, a_blk_ref, b_blk_ref, rng_ref, *refs):
   """Accumulates d(a) `[bs, d]` and d(a-side bias) `[bs, 1]` of the tile row block a_blk over its tiles."""
   tile_refs, rest = _split_refs(spec, refs, transposed)
   stats_ref, da_ref = rest[0], rest[1]
-  dbias_ref = rest[2] if len(rest) > 2 else None
+  dbias_ref = rest[2] if len(rest) > 3 else None
+  gold_ref = rest[-1]
   t = pl.program_id(2)
   a_blk = a_blk_ref[t]
 
@@ -135,11 +169,13 @@ def _bwd_kernel(spec, transposed, a_blk_ref, b_blk_ref, *refs):
     if dbias_ref is not None:
       dbias_ref[...] = jnp.zeros_like(dbias_ref)
 
-  s = _tile_scores(spec, a_blk, b_blk_ref[t], *tile_refs, transposed=transposed)
+  s = _tile_scores(spec, a_blk, b_blk_ref[t], *tile_refs, rng_ref, gold_ref, transposed=transposed)
   # d/ds log(1 + sum e^s) = e^(s - out); left-out cells are exp(-inf) = 0.
   ds = jnp.exp(s - stats_ref[0, 0]) * stats_ref[0, 1]
-  b = tile_refs[1][...].astype(jnp.float32)
-  da = jax.lax.dot_general(ds, b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+  b = tile_refs[1][...]
+  if b.dtype != jnp.bfloat16:  # bf16 inputs: bf16 operands, f32 accumulation; anything else in f32
+    b = b.astype(jnp.float32)
+  da = jax.lax.dot_general(ds.astype(b.dtype), b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
   da_ref[...] += da / math.sqrt(b.shape[-1])
   if dbias_ref is not None:
     dbias_ref[...] += jnp.sum(ds, axis=1, keepdims=True)
@@ -147,11 +183,12 @@ def _bwd_kernel(spec, transposed, a_blk_ref, b_blk_ref, *refs):
 
 def _smem_row_spec(H, n):
   """Row (b, h) of a `[B * H, 1, n]` array, in SMEM (scalars read one by one)."""
-  return pl.BlockSpec((None, 1, n), lambda b, h, t, ab, bb: (b * H + h, 0, 0), memory_space=pltpu.SMEM)
+  return pl.BlockSpec((None, 1, n), lambda b, h, t, *_: (b * H + h, 0, 0), memory_space=pltpu.SMEM)
 
 
 def _operands(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK, *, transposed):
-  """Padded operands and their BlockSpecs. Plain: a = q (row blocks), b = k; transposed: a = k, b = q."""
+  """Padded operands and their BlockSpecs, and the prefetched gold ranges (flat `[B * H * (blocks + 1)]`). Plain: a =
+  q (row blocks), b = k; transposed: a = k, b = q."""
   Lp, bs = spec.padded, spec.tile
   L = spec.length
   pad = lambda x, axis: jnp.pad(x, [(0, Lp - L if i == axis else 0) for i in range(x.ndim)])  # noqa: E731
@@ -160,23 +197,24 @@ def _operands(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK, *, transp
   abias, bbias = (eb_BHL, sb_BHL) if transposed else (sb_BHL, eb_BHL)
   d = q_BHLD.shape[-1]
   ops = [pad(a_BHLD, 2), pad(b_BHLD, 2)]
-  specs = [pl.BlockSpec((None, None, bs, d), lambda b, h, t, ab, bb: (b, hq(h), ab[t], 0)),
-           pl.BlockSpec((None, None, bs, d), lambda b, h, t, ab, bb: (b, hq(h), bb[t], 0))]
+  specs = [pl.BlockSpec((None, None, bs, d), lambda b, h, t, ab, bb, *_: (b, hq(h), ab[t], 0)),
+           pl.BlockSpec((None, None, bs, d), lambda b, h, t, ab, bb, *_: (b, hq(h), bb[t], 0))]
   # Biases and validity: the a side as columns [.., Lp, 1], the b side as rows [.., 1, Lp].
   for bias, column in ((abias, True), (bbias, False)):
     if bias is not None:
       bias = pad(bias.astype(jnp.float32), 2)
       ops.append(bias[..., None] if column else bias[:, :, None, :])
-      specs.append(pl.BlockSpec((None, None, bs, 1), lambda b, h, t, ab, bb: (b, h, ab[t], 0)) if column else
-                   pl.BlockSpec((None, None, 1, bs), lambda b, h, t, ab, bb: (b, h, 0, bb[t])))
+      specs.append(pl.BlockSpec((None, None, bs, 1), lambda b, h, t, ab, bb, *_: (b, h, ab[t], 0)) if column else
+                   pl.BlockSpec((None, None, 1, bs), lambda b, h, t, ab, bb, *_: (b, h, 0, bb[t])))
   valid_BL = pad(valid_BL.astype(jnp.int32), 1)
   # Per-(b, h) SMEM rows flattened to [B * H, 1, K]: Mosaic wants the last two block dims whole (or tiled).
   B, H, K = ids_BHK.shape
-  ops += [valid_BL[:, :, None], valid_BL[:, None, :], ids_BHK.reshape(B * H, 1, K)]
-  specs += [pl.BlockSpec((None, bs, 1), lambda b, h, t, ab, bb: (b, ab[t], 0)),
-            pl.BlockSpec((None, 1, bs), lambda b, h, t, ab, bb: (b, 0, bb[t])),
+  keys_BHK, ranges_BHN = sorted_gold(ids_BHK, length=L, tile=bs, blocks=spec.blocks, by_column=transposed)
+  ops += [valid_BL[:, :, None], valid_BL[:, None, :], keys_BHK.reshape(B * H, 1, K)]
+  specs += [pl.BlockSpec((None, bs, 1), lambda b, h, t, ab, bb, *_: (b, ab[t], 0)),
+            pl.BlockSpec((None, 1, bs), lambda b, h, t, ab, bb, *_: (b, 0, bb[t])),
             _smem_row_spec(H, K)]
-  return ops, specs
+  return ops, specs, ranges_BHN.reshape(-1)
 
 
 def _blocks(spec, by_column):
@@ -190,20 +228,34 @@ def _compiler_params(spec):
   return None if spec.interpret else pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
 
 
+def cost_estimate(spec, *, B: int, H: int, d: int, itemsize: int, backward: bool) -> pl.CostEstimate:
+  """What one pass does: per (b, h) and tile, the q.k^T dot (and in a backward pass the d(a) dot), one exp per cell;
+  it reads both [bs, d] operands per tile and writes its output once."""
+  T, bs = len(spec.tiles(False)), spec.tile
+  dots = 2 if backward else 1
+  flops = B * H * T * (dots * 2 * bs * bs * d + 6 * bs * bs)
+  out_bytes = B * H * spec.padded * (d + 1) * 4 if backward else B * H * 4
+  return pl.CostEstimate(flops=int(flops), transcendentals=int(B * H * T * bs * bs),
+                         bytes_accessed=int(B * H * T * 2 * bs * d * itemsize + out_bytes))
+
+
 def _forward(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK):
   B, H = ids_BHK.shape[:2]
-  ops, specs = _operands(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK, transposed=False)
+  ops, specs, ranges = _operands(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK, transposed=False)
   a_blk, b_blk, T = _blocks(spec, by_column=False)
   grid = pltpu.PrefetchScalarGridSpec(
-      num_scalar_prefetch=2, grid=(B, H, T), in_specs=specs,
-      out_specs=pl.BlockSpec((None, None, 1, _LANES), lambda b, h, t, ab, bb: (b, h, 0, 0)),
-      scratch_shapes=[pltpu.VMEM((1, _LANES), jnp.float32), pltpu.VMEM((1, _LANES), jnp.float32)],
+      num_scalar_prefetch=3, grid=(B, H, T), in_specs=specs,
+      out_specs=pl.BlockSpec((None, None, 1, _LANES), lambda b, h, t, *_: (b, h, 0, 0)),
+      scratch_shapes=[pltpu.VMEM((1, _LANES), jnp.float32), pltpu.VMEM((1, _LANES), jnp.float32),
+                      pltpu.VMEM((spec.tile, spec.tile), jnp.int32)],
   )
   out = pl.pallas_call(
       functools.partial(_fwd_kernel, spec), grid_spec=grid,
       out_shape=jax.ShapeDtypeStruct((B, H, 1, _LANES), jnp.float32),
       interpret=spec.interpret, compiler_params=_compiler_params(spec), name="zlpr_neg_fwd",
-  )(a_blk, b_blk, *ops)
+      cost_estimate=cost_estimate(spec, B=B, H=H, d=q_BHLD.shape[-1], itemsize=q_BHLD.dtype.itemsize,
+                                  backward=False),
+  )(a_blk, b_blk, ranges, *ops)
   return out[:, :, 0, 0]
 
 
@@ -212,21 +264,22 @@ def _backward_pass(spec, res, stats_BH2, *, transposed):
   q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK = res
   B, H = ids_BHK.shape[:2]
   L, d, bs = spec.length, q_BHLD.shape[-1], spec.tile
-  ops, specs = _operands(spec, *res, transposed=transposed)
+  ops, specs, ranges = _operands(spec, *res, transposed=transposed)
   a_blk, b_blk, T = _blocks(spec, by_column=transposed)
   has_bias = spec.has_eb if transposed else spec.has_sb
   out_shape = [jax.ShapeDtypeStruct((B, H, spec.padded, d), jnp.float32)]
-  out_specs = [pl.BlockSpec((None, None, bs, d), lambda b, h, t, ab, bb: (b, h, ab[t], 0))]
+  out_specs = [pl.BlockSpec((None, None, bs, d), lambda b, h, t, ab, bb, *_: (b, h, ab[t], 0))]
   if has_bias:
     out_shape.append(jax.ShapeDtypeStruct((B, H, spec.padded, 1), jnp.float32))
-    out_specs.append(pl.BlockSpec((None, None, bs, 1), lambda b, h, t, ab, bb: (b, h, ab[t], 0)))
-  grid = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=2, grid=(B, H, T), in_specs=specs + [_smem_row_spec(H, 2)],
-                                      out_specs=out_specs)
+    out_specs.append(pl.BlockSpec((None, None, bs, 1), lambda b, h, t, ab, bb, *_: (b, h, ab[t], 0)))
+  grid = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=3, grid=(B, H, T), in_specs=specs + [_smem_row_spec(H, 2)],
+                                      out_specs=out_specs, scratch_shapes=[pltpu.VMEM((bs, bs), jnp.int32)])
   outs = pl.pallas_call(
       functools.partial(_bwd_kernel, spec, transposed), grid_spec=grid, out_shape=out_shape,
       interpret=spec.interpret, compiler_params=_compiler_params(spec),
       name="zlpr_neg_bwd_dk" if transposed else "zlpr_neg_bwd_dq",
-  )(a_blk, b_blk, *ops, stats_BH2.reshape(B * H, 1, 2))
+      cost_estimate=cost_estimate(spec, B=B, H=H, d=d, itemsize=q_BHLD.dtype.itemsize, backward=True),
+  )(a_blk, b_blk, ranges, *ops, stats_BH2.reshape(B * H, 1, 2))
   da_BHLD = outs[0][:, :, :L]
   return da_BHLD, (outs[1][:, :, :L, 0] if has_bias else None)
 
@@ -301,4 +354,4 @@ def neg_term(q_BLHD, k_BLHD, *, span_ids_BHK, valid_BL, start_bias_BHL=None, end
                    f32(end_bias_BHL), valid_BL, ids)
 
 
-__all__ = ["neg_term"]
+__all__ = ["cost_estimate", "neg_term", "sorted_gold"]

@@ -118,3 +118,117 @@ def test_tpu_tiling_in_the_tpu_interpreter(monkeypatch):
   with pltpu.force_tpu_interpret_mode():
     out = loss_and_grads("pallas", q, k, sb, eb, **kw)
   assert_same(out, loss_and_grads("xla", q, k, sb, eb, **kw))
+
+
+# ----------------------------------------------------------------------------- realistic K (the pipeline pads to L)
+
+
+def _ids_case(layout: str, *, B=2, H=3, L=40, seed=0):
+  """`[B, H, L]` gold ids padded with -1 to K = L, as the pipeline sends them, in a given layout."""
+  rng = np.random.default_rng(seed)
+  cells = [(i, j) for i in range(L) for j in range(i, L)]
+  ids = np.full((B, H, L), -1, np.int32)
+  for b in range(B):
+    for h in range(H):
+      if layout == "spread":  # a few dozen real ids anywhere, in any order
+        pick = rng.choice(len(cells), size=30, replace=False)
+      elif layout == "one_block":  # all in rows 8..15 (one row block of 8)
+        pick = rng.choice([n for n, (i, _) in enumerate(cells) if 8 <= i < 16], size=20, replace=False)
+      else:  # "last_blocks": the last row block and the last column block
+        pick = rng.choice([n for n, (i, j) in enumerate(cells) if i >= L - 8 or j >= L - 8], size=25, replace=False)
+      chosen = np.array([cells[n][0] * L + cells[n][1] for n in pick], np.int32)
+      ids[b, h, :len(chosen)] = rng.permutation(chosen)
+  return rng.permuted(ids, axis=-1)  # -1 padding mixed in, not only at the end
+
+
+@pytest.mark.parametrize("layout", ["spread", "one_block", "last_blocks"])
+@pytest.mark.parametrize("Hq", ["H", 1])
+def test_k_equals_l_padding_matches_xla_dense_and_formula(layout, Hq):
+  B, H, L = 2, 3, 40
+  q, k, am, sb, eb, _ = make_case(7, B=B, L=L, Hq=H if Hq == "H" else 1, H=H, biases=Hq == 1, lengths=(40, 33))
+  ids = _ids_case(layout, B=B, H=H, L=L)
+  kw = dict(ids=jnp.asarray(ids), am=jnp.asarray(am), W=None, block_size=8)
+  out = loss_and_grads("pallas", q, k, sb, eb, **kw)
+  assert_same(out, loss_and_grads("xla", q, k, sb, eb, **kw))
+  assert_same(out, loss_and_grads("dense", q, k, sb, eb, **kw))
+  assert float(out[0]) == pytest.approx(zlpr_brute_force(q, k, sb, eb, am, ids), rel=1e-5)
+
+
+def test_every_cell_gold_at_a_small_length():
+  B, H, L = 1, 2, 9
+  rng = np.random.default_rng(8)
+  q, k = (rng.normal(size=(B, L, H, 8)).astype(np.float32) for _ in range(2))
+  am, sb, eb = np.ones((B, L), np.int32), None, None
+  cells = np.array([i * L + j for i in range(L) for j in range(i, L)], np.int32)
+  ids = np.stack([np.stack([np.random.default_rng(h).permutation(cells) for h in range(H)])])
+  kw = dict(ids=jnp.asarray(ids), am=jnp.asarray(am), W=None, block_size=4)
+  out = loss_and_grads("pallas", q, k, sb, eb, **kw)
+  assert_same(out, loss_and_grads("dense", q, k, sb, eb, **kw))
+  assert_same(out, loss_and_grads("xla", q, k, sb, eb, **kw))
+
+
+@pytest.mark.parametrize("by_column", [False, True])
+def test_gold_work_per_block_does_not_grow_with_padding(by_column):
+  """The kernel visits, per tile, only the ids of its block's range: padding K from 30 to L leaves every range as
+  it was, and each valid id falls in exactly one block's range. The XLA op's per-step ranges likewise."""
+  from gp_jax.ops import blockwise, pallas_zlpr
+
+  L, bs = 40, 8
+  ids = _ids_case("spread", L=L)
+  tight = np.sort(ids, axis=-1)[..., ::-1][..., :30]  # the same ids, K = 30 (no padding left)
+  got = [pallas_zlpr.sorted_gold(jnp.asarray(x), length=L, tile=bs, blocks=L // bs, by_column=by_column)
+         for x in (ids, tight)]
+  np.testing.assert_array_equal(np.asarray(got[0][1]), np.asarray(got[1][1]))
+  ranges = np.asarray(got[0][1])
+  assert (ranges[..., -1] - ranges[..., 0] == (ids >= 0).sum(-1)).all()
+  keys = np.asarray(got[0][0])
+  for b, h, g in np.ndindex(*ranges.shape[:2], L // bs):  # each range holds its block's ids, by first coordinate
+    block = keys[b, h, ranges[b, h, g]:ranges[b, h, g + 1]] // L
+    assert ((block >= g * bs) & (block < (g + 1) * bs)).all()
+  plan = blockwise._make_plan(L, bs, None, 1)
+  spans = [blockwise._Gold.of(plan, jnp.asarray(x)) for x in (ids, tight)]
+  np.testing.assert_array_equal(np.asarray(spans[0].lo_TBH), np.asarray(spans[1].lo_TBH))
+  np.testing.assert_array_equal(np.asarray(spans[0].hi_TBH), np.asarray(spans[1].hi_TBH))
+
+
+def test_cost_estimate_scales_with_tiles_and_types():
+  from gp_jax.ops import pallas_zlpr
+
+  def flops(L, H, backward=False):
+    spec = pallas_zlpr._SpecOf(L, 128, None, False, False, False)(True)
+    return pallas_zlpr.cost_estimate(spec, B=1, H=H, d=64, itemsize=2, backward=backward)
+
+  base, more_types, longer = flops(1024, 10), flops(1024, 20), flops(2048, 10)
+  assert more_types.flops == 2 * base.flops and more_types.transcendentals == 2 * base.transcendentals
+  n1, n2 = 1024 // 128, 2048 // 128  # upper-triangle tiles: n (n + 1) / 2
+  assert longer.flops * n1 * (n1 + 1) == base.flops * n2 * (n2 + 1)
+  assert flops(1024, 10, backward=True).flops > base.flops
+  assert base.bytes_accessed > 0
+
+
+def test_cost_estimate_counts_each_tile_once():
+  from gp_jax.ops import pallas_zlpr
+
+  spec = pallas_zlpr._SpecOf(256, 128, None, False, False, False)(True)
+  est = pallas_zlpr.cost_estimate(spec, B=1, H=2, d=64, itemsize=4, backward=False)
+  assert est.flops == 1 * 2 * 3 * (2 * 128 * 128 * 64 + 6 * 128 * 128)  # 3 upper-triangle tiles of 128
+  assert est.transcendentals == 2 * 3 * 128 * 128
+
+
+def test_tiles_read_gold_only_through_their_ranges(monkeypatch):
+  """With every prefetched range emptied, the kernel leaves no gold cell out of the negatives: it reads the ids
+  only through the ranges (so -1 padding, outside every range, is never visited)."""
+  from gp_jax.ops import pallas_zlpr
+
+  B, H, L = 2, 3, 40
+  q, k, am, _, _, _ = make_case(9, B=B, L=L, Hq=H, H=H, lengths=(40, 33))
+  ids = _ids_case("spread", B=B, H=H, L=L)
+  no_ids = np.full_like(ids, -1)
+  run = lambda x: pallas_zlpr.neg_term(jnp.asarray(q), jnp.asarray(k), span_ids_BHK=jnp.asarray(x),  # noqa: E731
+                                       valid_BL=jnp.asarray(am).astype(bool), block_size=8)
+  with_gold, without_gold = np.asarray(run(ids)), np.asarray(run(no_ids))
+  assert (with_gold < without_gold).all()
+  real = pallas_zlpr.sorted_gold
+  monkeypatch.setattr(pallas_zlpr, "sorted_gold",
+                      lambda *a, **kw: (real(*a, **kw)[0], jnp.zeros_like(real(*a, **kw)[1])))
+  np.testing.assert_allclose(np.asarray(run(ids)), without_gold, rtol=1e-6)
