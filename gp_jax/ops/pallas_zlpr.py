@@ -1,8 +1,9 @@
 """Pallas kernels for the negative term of the blockwise ZLPR loss: log(1 + sum over valid, non-gold cells of e^s).
 
 Scores s[b, h, i, j] = q_i . k_j / sqrt(d) (+ start_bias[b, h, i]) (+ end_bias[b, h, j]) exist for i <= j (and
-j - i < W when banded). The grid is (B, H, T): T upper-triangle tiles of `bs x bs` cells (only those touching the
-band when W is set), their row/column block numbers prefetched as scalars. Gold cells are left out inside each tile
+j - i < W when banded). The grid is (B, G, T): G = H programs of one type each (G = 1 for a shared head, see
+below), T upper-triangle tiles of `bs x bs` cells (only those touching the band when W is set), their row/column
+block numbers prefetched as scalars. Gold cells are left out inside each tile
 from the gold ids of its own row block only: the op sorts each (b, h)'s ids by (i, j) (by (j, i) for the dk pass,
 whose tiles are walked by column block) and prefetches, per (b, h) and block, the [lo, hi) range of sorted ids that
 start (end) in it; a tile marks those of them inside its columns (rows) in a `[bs, bs]` VMEM mask, one row update
@@ -14,8 +15,10 @@ Forward: an online max / sum-exp in float32 per (b, h), kept in VMEM scratch acr
 visits tiles row block by row block and accumulates dq and d(start bias) of that row block; the dk pass visits the
 transposed tiles (k rows, q columns) column block by column block for dk and d(end bias). Both recompute
 e^(s - out) * g from the saved `out`; their dots take bf16 operands when q and k are bf16 (f32 accumulation).
-Gradients are per type h (a shared q/k head sums them over H afterwards). Every pallas_call carries a
-`pl.CostEstimate`, so a compiled program's cost analysis counts the kernels.
+With one q/k head shared by all H types (Efficient GlobalPointer) a program covers every type: each tile's q.k is
+computed once and every type's biases and gold cells applied to it in a loop (and the types' ds summed before the
+one d(a) dot); with per-type q/k a program is one type. Every pallas_call carries a `pl.CostEstimate`, so a
+compiled program's cost analysis counts the kernels.
 
 Interpret or compiled is decided by the platform the op is lowered for (`lax.platform_dependent`): TPU gets the
 Mosaic kernel with tiles rounded up to multiples of 128; every other platform runs the interpreted kernel with the
@@ -44,7 +47,8 @@ class _Spec:
   tile: int  # bs: rows and columns per tile
   blocks: int  # n = ceil(L / bs)
   max_span_width: int | None
-  shared: bool  # q/k have one head for all H types
+  shared: bool  # q/k have one head for all H types: each tile's q.k is computed once for all of them
+  types: int  # H
   has_sb: bool
   has_eb: bool
   interpret: bool
@@ -52,6 +56,10 @@ class _Spec:
   @property
   def padded(self):
     return self.blocks * self.tile
+
+  @property
+  def types_per_step(self):
+    return self.types if self.shared else 1
 
   def tiles(self, by_column: bool):
     """(row block, column block) of every visited tile; sorted by column block when `by_column`."""
@@ -80,34 +88,46 @@ def sorted_gold(span_ids_BHK, *, length: int, tile: int, blocks: int, by_column:
   return keys, ranges.astype(jnp.int32)
 
 
-def _tile_scores(spec, a_blk, b_blk, a_ref, b_ref, abias_ref, bbias_ref, va_ref, vb_ref, ids_ref, rng_ref, gold_ref,
-                 *, transposed):
-  """float32 `[bs, bs]` scores of one tile with the non-negative cells at -inf.
+def _tile_base(spec, a_blk, b_blk, a_ref, b_ref, va_ref, vb_ref, *, transposed):
+  """(float32 `[bs, bs]` scores q.k / sqrt(d) without biases, bool mask of the valid cells i <= j (j - i < W)).
 
   Plain tiles: rows are q positions i (block a_blk), columns k positions j (block b_blk). Transposed tiles (the dk
-  pass): rows are k positions j, columns q positions i; `a` is then k and `b` q, biases swapped accordingly. The
-  sorted keys in `ids_ref` are (a position) * L + (b position) either way."""
+  pass): rows are k positions j, columns q positions i; `a` is then k and `b` q."""
   bs = spec.tile
   a, b = a_ref[...], b_ref[...]
   # Default matmul precision, as the XLA op's einsum (on TPU: bf16 passes for float32 inputs).
   s = jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
   s = s / math.sqrt(a.shape[-1])
-  if abias_ref is not None:
-    s = s + abias_ref[...]  # [bs, 1]
-  if bbias_ref is not None:
-    s = s + bbias_ref[...]  # [1, bs]
   pos_a = a_blk * bs + jax.lax.broadcasted_iota(jnp.int32, (bs, bs), 0)
   pos_b = b_blk * bs + jax.lax.broadcasted_iota(jnp.int32, (bs, bs), 1)
   i, j = (pos_b, pos_a) if transposed else (pos_a, pos_b)
   keep = (va_ref[...] != 0) & (vb_ref[...] != 0) & (j >= i)
   if spec.max_span_width is not None:
     keep &= (j - i) < spec.max_span_width
+  return s, keep
+
+
+def _first_range(spec, a_blk):
+  """Index in the flat ranges of (b, first type of this program, block a_blk); read program ids outside loops."""
+  h0 = pl.program_id(1) * spec.types_per_step
+  return (pl.program_id(0) * spec.types + h0) * (spec.blocks + 1) + a_blk
+
+
+def _type_scores(spec, s, keep, a_blk, b_blk, hl, first, abias_ref, bbias_ref, ids_ref, rng_ref, gold_ref):
+  """Scores of local type `hl` with its biases, the cells that are not negatives at -inf (`first`: `_first_range`).
+  Gold cells come from the sorted keys of this block's range only ((a position) * L + (b position)), marked in
+  `gold_ref` one row update per key."""
+  bs = spec.tile
+  if abias_ref is not None:
+    s = s + abias_ref[hl]  # [bs, 1]
+  if bbias_ref is not None:
+    s = s + bbias_ref[hl]  # [1, bs]
   gold_ref[...] = jnp.zeros_like(gold_ref)
-  first = (pl.program_id(0) * pl.num_programs(1) + pl.program_id(1)) * (spec.blocks + 1) + a_blk
+  first = first + hl * (spec.blocks + 1)
   col = jax.lax.broadcasted_iota(jnp.int32, (1, bs), 1)
 
   def mark(kk, carry):
-    key = ids_ref[0, kk]  # >= 0: truncating div/rem (floor division would lower through sign())
+    key = ids_ref[hl, kk]  # >= 0: truncating div/rem (floor division would lower through sign())
     r = jax.lax.div(key, jnp.int32(spec.length)) - a_blk * bs  # in [0, bs): the range holds this block's keys
     c = jax.lax.rem(key, jnp.int32(spec.length)) - b_blk * bs
 
@@ -132,20 +152,30 @@ def _split_refs(spec, refs, transposed):
 
 
 def _fwd_kernel(spec, a_blk_ref, b_blk_ref, rng_ref, *refs):
-  tile_refs, (out_ref, m_ref, l_ref, gold_ref) = _split_refs(spec, refs, False)
+  (a_ref, b_ref, abias_ref, bbias_ref, va_ref, vb_ref, ids_ref), (out_ref, m_ref, l_ref, gold_ref) = _split_refs(
+      spec, refs, False)
   t = pl.program_id(2)
+  a_blk, b_blk = a_blk_ref[t], b_blk_ref[t]
 
   @pl.when(t == 0)
   def _():
     m_ref[...] = jnp.zeros_like(m_ref)  # m starts at 0: log(1 + sum) needs no -inf start
     l_ref[...] = jnp.zeros_like(l_ref)
 
-  s = _tile_scores(spec, a_blk_ref[t], b_blk_ref[t], *tile_refs, rng_ref, gold_ref, transposed=False)
-  m_prev = m_ref[...]
-  m_new = jnp.maximum(m_prev, jnp.max(jnp.max(s, axis=1, keepdims=True), axis=0, keepdims=True))
-  e = jnp.exp(s - m_new[:, :1])
-  l_ref[...] = l_ref[...] * jnp.exp(m_prev - m_new) + jnp.sum(jnp.sum(e, axis=1, keepdims=True), axis=0, keepdims=True)
-  m_ref[...] = m_new
+  s0, keep = _tile_base(spec, a_blk, b_blk, a_ref, b_ref, va_ref, vb_ref, transposed=False)  # once for all types
+  first = _first_range(spec, a_blk)
+
+  def one_type(hl, carry):
+    s = _type_scores(spec, s0, keep, a_blk, b_blk, hl, first, abias_ref, bbias_ref, ids_ref, rng_ref, gold_ref)
+    m_prev = m_ref[pl.ds(hl, 1), :]
+    m_new = jnp.maximum(m_prev, jnp.max(jnp.max(s, axis=1, keepdims=True), axis=0, keepdims=True))
+    e = jnp.exp(s - m_new[:, :1])
+    l_ref[pl.ds(hl, 1), :] = (l_ref[pl.ds(hl, 1), :] * jnp.exp(m_prev - m_new)
+                              + jnp.sum(jnp.sum(e, axis=1, keepdims=True), axis=0, keepdims=True))
+    m_ref[pl.ds(hl, 1), :] = m_new
+    return carry
+
+  jax.lax.fori_loop(0, spec.types_per_step, one_type, 0)
 
   @pl.when(t == pl.num_programs(2) - 1)
   def _():
@@ -155,13 +185,14 @@ def _fwd_kernel(spec, a_blk_ref, b_blk_ref, rng_ref, *refs):
 
 
 def _bwd_kernel(spec, transposed, a_blk_ref, b_blk_ref, rng_ref, *refs):
-  """Accumulates d(a) `[bs, d]` and d(a-side bias) `[bs, 1]` of the tile row block a_blk over its tiles."""
-  tile_refs, rest = _split_refs(spec, refs, transposed)
+  """Accumulates d(a) `[bs, d]` (summed over the step's types: one q/k head for them) and per type d(a-side bias)
+  `[bs, 1]` of the tile row block a_blk over its tiles."""
+  (a_ref, b_ref, abias_ref, bbias_ref, va_ref, vb_ref, ids_ref), rest = _split_refs(spec, refs, transposed)
   stats_ref, da_ref = rest[0], rest[1]
   dbias_ref = rest[2] if len(rest) > 3 else None
   gold_ref = rest[-1]
   t = pl.program_id(2)
-  a_blk = a_blk_ref[t]
+  a_blk, b_blk = a_blk_ref[t], b_blk_ref[t]
 
   @pl.when((t == 0) | (a_blk != a_blk_ref[jnp.maximum(t - 1, 0)]))
   def _():  # first tile of this row block: tiles come sorted by it
@@ -169,51 +200,61 @@ def _bwd_kernel(spec, transposed, a_blk_ref, b_blk_ref, rng_ref, *refs):
     if dbias_ref is not None:
       dbias_ref[...] = jnp.zeros_like(dbias_ref)
 
-  s = _tile_scores(spec, a_blk, b_blk_ref[t], *tile_refs, rng_ref, gold_ref, transposed=transposed)
-  # d/ds log(1 + sum e^s) = e^(s - out); left-out cells are exp(-inf) = 0.
-  ds = jnp.exp(s - stats_ref[0, 0]) * stats_ref[0, 1]
-  b = tile_refs[1][...]
+  s0, keep = _tile_base(spec, a_blk, b_blk, a_ref, b_ref, va_ref, vb_ref, transposed=transposed)
+  first = _first_range(spec, a_blk)
+
+  def one_type(hl, ds_sum):
+    s = _type_scores(spec, s0, keep, a_blk, b_blk, hl, first, abias_ref, bbias_ref, ids_ref, rng_ref, gold_ref)
+    # d/ds log(1 + sum e^s) = e^(s - out); left-out cells are exp(-inf) = 0.
+    ds = jnp.exp(s - stats_ref[hl, 0]) * stats_ref[hl, 1]
+    if dbias_ref is not None:
+      dbias_ref[hl] += jnp.sum(ds, axis=1, keepdims=True)
+    return ds_sum + ds
+
+  ds = jax.lax.fori_loop(0, spec.types_per_step, one_type, jnp.zeros((spec.tile, spec.tile), jnp.float32))
+  b = b_ref[...]
   if b.dtype != jnp.bfloat16:  # bf16 inputs: bf16 operands, f32 accumulation; anything else in f32
     b = b.astype(jnp.float32)
   da = jax.lax.dot_general(ds.astype(b.dtype), b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
   da_ref[...] += da / math.sqrt(b.shape[-1])
-  if dbias_ref is not None:
-    dbias_ref[...] += jnp.sum(ds, axis=1, keepdims=True)
 
 
-def _smem_row_spec(H, n):
-  """Row (b, h) of a `[B * H, 1, n]` array, in SMEM (scalars read one by one)."""
-  return pl.BlockSpec((None, 1, n), lambda b, h, t, *_: (b * H + h, 0, 0), memory_space=pltpu.SMEM)
+def _smem_rows_spec(spec, n):
+  """Rows of the step's types of a `[B * G, types_per_step, n]` array (G = H / types_per_step), in SMEM (scalars
+  read one by one)."""
+  G = spec.types // spec.types_per_step
+  return pl.BlockSpec((None, spec.types_per_step, n), lambda b, g, t, *_: (b * G + g, 0, 0),
+                      memory_space=pltpu.SMEM)
 
 
 def _operands(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK, *, transposed):
   """Padded operands and their BlockSpecs, and the prefetched gold ranges (flat `[B * H * (blocks + 1)]`). Plain: a =
-  q (row blocks), b = k; transposed: a = k, b = q."""
-  Lp, bs = spec.padded, spec.tile
+  q (row blocks), b = k; transposed: a = k, b = q. Grid (B, G, T): program g covers types g*n .. g*n + n - 1 with
+  n = types_per_step (1 per type; all H for a shared q/k head, whose q/k head index g is then 0)."""
+  Lp, bs, n = spec.padded, spec.tile, spec.types_per_step
   L = spec.length
   pad = lambda x, axis: jnp.pad(x, [(0, Lp - L if i == axis else 0) for i in range(x.ndim)])  # noqa: E731
-  hq = (lambda h: 0) if spec.shared else (lambda h: h)  # noqa: E731
   a_BHLD, b_BHLD = (k_BHLD, q_BHLD) if transposed else (q_BHLD, k_BHLD)
   abias, bbias = (eb_BHL, sb_BHL) if transposed else (sb_BHL, eb_BHL)
   d = q_BHLD.shape[-1]
   ops = [pad(a_BHLD, 2), pad(b_BHLD, 2)]
-  specs = [pl.BlockSpec((None, None, bs, d), lambda b, h, t, ab, bb, *_: (b, hq(h), ab[t], 0)),
-           pl.BlockSpec((None, None, bs, d), lambda b, h, t, ab, bb, *_: (b, hq(h), bb[t], 0))]
+  specs = [pl.BlockSpec((None, None, bs, d), lambda b, g, t, ab, bb, *_: (b, g, ab[t], 0)),
+           pl.BlockSpec((None, None, bs, d), lambda b, g, t, ab, bb, *_: (b, g, bb[t], 0))]
   # Biases and validity: the a side as columns [.., Lp, 1], the b side as rows [.., 1, Lp].
   for bias, column in ((abias, True), (bbias, False)):
     if bias is not None:
       bias = pad(bias.astype(jnp.float32), 2)
       ops.append(bias[..., None] if column else bias[:, :, None, :])
-      specs.append(pl.BlockSpec((None, None, bs, 1), lambda b, h, t, ab, bb, *_: (b, h, ab[t], 0)) if column else
-                   pl.BlockSpec((None, None, 1, bs), lambda b, h, t, ab, bb, *_: (b, h, 0, bb[t])))
+      specs.append(pl.BlockSpec((None, n, bs, 1), lambda b, g, t, ab, bb, *_: (b, g, ab[t], 0)) if column else
+                   pl.BlockSpec((None, n, 1, bs), lambda b, g, t, ab, bb, *_: (b, g, 0, bb[t])))
   valid_BL = pad(valid_BL.astype(jnp.int32), 1)
-  # Per-(b, h) SMEM rows flattened to [B * H, 1, K]: Mosaic wants the last two block dims whole (or tiled).
+  # SMEM rows flattened to [B * G, n, K]: Mosaic wants the last two block dims whole (or tiled).
   B, H, K = ids_BHK.shape
   keys_BHK, ranges_BHN = sorted_gold(ids_BHK, length=L, tile=bs, blocks=spec.blocks, by_column=transposed)
-  ops += [valid_BL[:, :, None], valid_BL[:, None, :], keys_BHK.reshape(B * H, 1, K)]
-  specs += [pl.BlockSpec((None, bs, 1), lambda b, h, t, ab, bb, *_: (b, ab[t], 0)),
-            pl.BlockSpec((None, 1, bs), lambda b, h, t, ab, bb, *_: (b, 0, bb[t])),
-            _smem_row_spec(H, K)]
+  ops += [valid_BL[:, :, None], valid_BL[:, None, :], keys_BHK.reshape(B * (H // n), n, K)]
+  specs += [pl.BlockSpec((None, bs, 1), lambda b, g, t, ab, bb, *_: (b, ab[t], 0)),
+            pl.BlockSpec((None, 1, bs), lambda b, g, t, ab, bb, *_: (b, 0, bb[t])),
+            _smem_rows_spec(spec, K)]
   return ops, specs, ranges_BHN.reshape(-1)
 
 
@@ -228,58 +269,62 @@ def _compiler_params(spec):
   return None if spec.interpret else pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
 
 
-def cost_estimate(spec, *, B: int, H: int, d: int, itemsize: int, backward: bool) -> pl.CostEstimate:
-  """What one pass does: per (b, h) and tile, the q.k^T dot (and in a backward pass the d(a) dot), one exp per cell;
-  it reads both [bs, d] operands per tile and writes its output once."""
-  T, bs = len(spec.tiles(False)), spec.tile
+def cost_estimate(spec, *, B: int, d: int, itemsize: int, backward: bool) -> pl.CostEstimate:
+  """What one pass does: per program (b, g) and tile the q.k^T dot (and in a backward pass the d(a) dot), computed
+  once for the g's types; per type and cell a few elementwise ops and one exp. It reads both [bs, d] operands per
+  tile and writes its output once."""
+  T, bs, H = len(spec.tiles(False)), spec.tile, spec.types
+  G = H // spec.types_per_step
   dots = 2 if backward else 1
-  flops = B * H * T * (dots * 2 * bs * bs * d + 6 * bs * bs)
-  out_bytes = B * H * spec.padded * (d + 1) * 4 if backward else B * H * 4
+  flops = B * G * T * dots * 2 * bs * bs * d + B * H * T * 6 * bs * bs
+  out_bytes = B * G * spec.padded * d * 4 + B * H * spec.padded * 4 if backward else B * H * 4
   return pl.CostEstimate(flops=int(flops), transcendentals=int(B * H * T * bs * bs),
-                         bytes_accessed=int(B * H * T * 2 * bs * d * itemsize + out_bytes))
+                         bytes_accessed=int(B * G * T * 2 * bs * d * itemsize + out_bytes))
 
 
 def _forward(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK):
   B, H = ids_BHK.shape[:2]
+  n = spec.types_per_step
   ops, specs, ranges = _operands(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK, transposed=False)
   a_blk, b_blk, T = _blocks(spec, by_column=False)
   grid = pltpu.PrefetchScalarGridSpec(
-      num_scalar_prefetch=3, grid=(B, H, T), in_specs=specs,
-      out_specs=pl.BlockSpec((None, None, 1, _LANES), lambda b, h, t, *_: (b, h, 0, 0)),
-      scratch_shapes=[pltpu.VMEM((1, _LANES), jnp.float32), pltpu.VMEM((1, _LANES), jnp.float32),
+      num_scalar_prefetch=3, grid=(B, H // n, T), in_specs=specs,
+      out_specs=pl.BlockSpec((None, None, n, _LANES), lambda b, g, t, *_: (b, g, 0, 0)),
+      scratch_shapes=[pltpu.VMEM((n, _LANES), jnp.float32), pltpu.VMEM((n, _LANES), jnp.float32),
                       pltpu.VMEM((spec.tile, spec.tile), jnp.int32)],
   )
   out = pl.pallas_call(
       functools.partial(_fwd_kernel, spec), grid_spec=grid,
-      out_shape=jax.ShapeDtypeStruct((B, H, 1, _LANES), jnp.float32),
+      out_shape=jax.ShapeDtypeStruct((B, H // n, n, _LANES), jnp.float32),  # last two block dims whole (Mosaic)
       interpret=spec.interpret, compiler_params=_compiler_params(spec), name="zlpr_neg_fwd",
-      cost_estimate=cost_estimate(spec, B=B, H=H, d=q_BHLD.shape[-1], itemsize=q_BHLD.dtype.itemsize,
-                                  backward=False),
+      cost_estimate=cost_estimate(spec, B=B, d=q_BHLD.shape[-1], itemsize=q_BHLD.dtype.itemsize, backward=False),
   )(a_blk, b_blk, ranges, *ops)
-  return out[:, :, 0, 0]
+  return out.reshape(B, H, _LANES)[:, :, 0]
 
 
 def _backward_pass(spec, res, stats_BH2, *, transposed):
-  """(d(a) `[B, H, L, d]`, d(a-side bias) `[B, H, L]` | None), per type h, float32."""
+  """(d(a) `[B, Hq, L, d]`, d(a-side bias) `[B, H, L]` | None), float32; d(a) summed over the types that share a
+  q/k head."""
   q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK = res
   B, H = ids_BHK.shape[:2]
-  L, d, bs = spec.length, q_BHLD.shape[-1], spec.tile
+  L, d, bs, n = spec.length, q_BHLD.shape[-1], spec.tile, spec.types_per_step
+  G = H // n
   ops, specs, ranges = _operands(spec, *res, transposed=transposed)
   a_blk, b_blk, T = _blocks(spec, by_column=transposed)
   has_bias = spec.has_eb if transposed else spec.has_sb
-  out_shape = [jax.ShapeDtypeStruct((B, H, spec.padded, d), jnp.float32)]
-  out_specs = [pl.BlockSpec((None, None, bs, d), lambda b, h, t, ab, bb, *_: (b, h, ab[t], 0))]
+  out_shape = [jax.ShapeDtypeStruct((B, G, spec.padded, d), jnp.float32)]
+  out_specs = [pl.BlockSpec((None, None, bs, d), lambda b, g, t, ab, bb, *_: (b, g, ab[t], 0))]
   if has_bias:
     out_shape.append(jax.ShapeDtypeStruct((B, H, spec.padded, 1), jnp.float32))
-    out_specs.append(pl.BlockSpec((None, None, bs, 1), lambda b, h, t, ab, bb, *_: (b, h, ab[t], 0)))
-  grid = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=3, grid=(B, H, T), in_specs=specs + [_smem_row_spec(H, 2)],
+    out_specs.append(pl.BlockSpec((None, n, bs, 1), lambda b, g, t, ab, bb, *_: (b, g, ab[t], 0)))
+  grid = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=3, grid=(B, G, T), in_specs=specs + [_smem_rows_spec(spec, 2)],
                                       out_specs=out_specs, scratch_shapes=[pltpu.VMEM((bs, bs), jnp.int32)])
   outs = pl.pallas_call(
       functools.partial(_bwd_kernel, spec, transposed), grid_spec=grid, out_shape=out_shape,
       interpret=spec.interpret, compiler_params=_compiler_params(spec),
       name="zlpr_neg_bwd_dk" if transposed else "zlpr_neg_bwd_dq",
-      cost_estimate=cost_estimate(spec, B=B, H=H, d=d, itemsize=q_BHLD.dtype.itemsize, backward=True),
-  )(a_blk, b_blk, ranges, *ops, stats_BH2.reshape(B * H, 1, 2))
+      cost_estimate=cost_estimate(spec, B=B, d=d, itemsize=q_BHLD.dtype.itemsize, backward=True),
+  )(a_blk, b_blk, ranges, *ops, stats_BH2.reshape(B * G, n, 2))
   da_BHLD = outs[0][:, :, :L]
   return da_BHLD, (outs[1][:, :, :L, 0] if has_bias else None)
 
@@ -289,8 +334,6 @@ def _backward(spec, res, out_BH, g_BH):
   stats_BH2 = jnp.stack([out_BH, g_BH.astype(jnp.float32)], axis=-1)
   dq_BHLD, dsb_BHL = _backward_pass(spec, res, stats_BH2, transposed=False)
   dk_BHLD, deb_BHL = _backward_pass(spec, res, stats_BH2, transposed=True)
-  if spec.shared:  # one q/k head for every type
-    dq_BHLD, dk_BHLD = jnp.sum(dq_BHLD, axis=1, keepdims=True), jnp.sum(dk_BHLD, axis=1, keepdims=True)
   cast = lambda dx, x: None if x is None else dx.astype(x.dtype)  # noqa: E731
   return cast(dq_BHLD, q_BHLD), cast(dk_BHLD, k_BHLD), cast(dsb_BHL, sb_BHL), cast(deb_BHL, eb_BHL)
 
@@ -328,12 +371,13 @@ class _SpecOf:
   block_size: int
   max_span_width: int | None
   shared: bool
+  types: int
   has_sb: bool
   has_eb: bool
 
   def __call__(self, compiled: bool) -> _Spec:
     bs = _tile_size(self.length, self.block_size, compiled)
-    return _Spec(self.length, bs, -(-self.length // bs), self.max_span_width, self.shared, self.has_sb,
+    return _Spec(self.length, bs, -(-self.length // bs), self.max_span_width, self.shared, self.types, self.has_sb,
                  self.has_eb, interpret=not compiled)
 
 
@@ -348,7 +392,7 @@ def neg_term(q_BLHD, k_BLHD, *, span_ids_BHK, valid_BL, start_bias_BHL=None, end
   ids = jnp.where((span_ids_BHK >= 0) & (span_ids_BHK < L * L), span_ids_BHK, -1).astype(jnp.int32)
   if ids.shape[-1] == 0:  # SMEM blocks need one id at least
     ids = jnp.full((B, H, 1), -1, jnp.int32)
-  spec_of = _SpecOf(L, block_size, max_span_width, Hq != H, start_bias_BHL is not None, end_bias_BHL is not None)
+  spec_of = _SpecOf(L, block_size, max_span_width, Hq != H, H, start_bias_BHL is not None, end_bias_BHL is not None)
   f32 = lambda x: None if x is None else jnp.asarray(x, jnp.float32)  # noqa: E731
   return _neg_term(spec_of, jnp.swapaxes(q_BLHD, 1, 2), jnp.swapaxes(k_BLHD, 1, 2), f32(start_bias_BHL),
                    f32(end_bias_BHL), valid_BL, ids)

@@ -194,9 +194,9 @@ def test_gold_work_per_block_does_not_grow_with_padding(by_column):
 def test_cost_estimate_scales_with_tiles_and_types():
   from gp_jax.ops import pallas_zlpr
 
-  def flops(L, H, backward=False):
-    spec = pallas_zlpr._SpecOf(L, 128, None, False, False, False)(True)
-    return pallas_zlpr.cost_estimate(spec, B=1, H=H, d=64, itemsize=2, backward=backward)
+  def flops(L, H, backward=False, shared=False):
+    spec = pallas_zlpr._SpecOf(L, 128, None, shared, H, shared, shared)(True)
+    return pallas_zlpr.cost_estimate(spec, B=1, d=64, itemsize=2, backward=backward)
 
   base, more_types, longer = flops(1024, 10), flops(1024, 20), flops(2048, 10)
   assert more_types.flops == 2 * base.flops and more_types.transcendentals == 2 * base.transcendentals
@@ -204,13 +204,18 @@ def test_cost_estimate_scales_with_tiles_and_types():
   assert longer.flops * n1 * (n1 + 1) == base.flops * n2 * (n2 + 1)
   assert flops(1024, 10, backward=True).flops > base.flops
   assert base.bytes_accessed > 0
+  # A shared head computes each tile's dot once for all types: 50 types cost far less than 50 per-type heads.
+  shared, per_type = flops(1024, 50, shared=True), flops(1024, 50)
+  tiles = n1 * (n1 + 1) // 2
+  assert per_type.flops - shared.flops == 49 * tiles * 2 * 128 * 128 * 64
+  assert shared.transcendentals == per_type.transcendentals
 
 
 def test_cost_estimate_counts_each_tile_once():
   from gp_jax.ops import pallas_zlpr
 
-  spec = pallas_zlpr._SpecOf(256, 128, None, False, False, False)(True)
-  est = pallas_zlpr.cost_estimate(spec, B=1, H=2, d=64, itemsize=4, backward=False)
+  spec = pallas_zlpr._SpecOf(256, 128, None, False, 2, False, False)(True)
+  est = pallas_zlpr.cost_estimate(spec, B=1, d=64, itemsize=4, backward=False)
   assert est.flops == 1 * 2 * 3 * (2 * 128 * 128 * 64 + 6 * 128 * 128)  # 3 upper-triangle tiles of 128
   assert est.transcendentals == 2 * 3 * 128 * 128
 
