@@ -1,7 +1,7 @@
 """Pallas kernels for the negative term of the blockwise ZLPR loss: log(1 + sum over valid, non-gold cells of e^s).
 
 Scores s[b, h, i, j] = q_i . k_j / sqrt(d) (+ start_bias[b, h, i]) (+ end_bias[b, h, j]) exist for i <= j (and
-j - i < W when banded). The grid is (B, G, T): G = H programs of one type each (G = 1 for a shared head, see
+j - i < W when banded). The grid is (B, G, T): G = H programs of one type each (fewer for a shared head, see
 below), T upper-triangle tiles of `bs x bs` cells (only those touching the band when W is set), their row/column
 block numbers prefetched as scalars. Gold cells are left out inside each tile
 from the gold ids of its own row block only: the op sorts each (b, h)'s ids by (i, j) (by (j, i) for the dk pass,
@@ -15,9 +15,9 @@ Forward: an online max / sum-exp in float32 per (b, h), kept in VMEM scratch acr
 visits tiles row block by row block and accumulates dq and d(start bias) of that row block; the dk pass visits the
 transposed tiles (k rows, q columns) column block by column block for dk and d(end bias). Both recompute
 e^(s - out) * g from the saved `out`; their dots take bf16 operands when q and k are bf16 (f32 accumulation).
-With one q/k head shared by all H types (Efficient GlobalPointer) a program covers every type: each tile's q.k is
-computed once and every type's biases and gold cells applied to it in a loop (and the types' ds summed before the
-one d(a) dot); with per-type q/k a program is one type. Every pallas_call carries a `pl.CostEstimate`, so a
+With one q/k head shared by all H types (Efficient GlobalPointer) a program covers up to SHARED_TYPES_PER_PROGRAM
+types: each tile's q.k is computed once for them and every type's biases and gold cells applied to it in a loop (and
+the types' ds summed before the one d(a) dot); with per-type q/k a program is one type. Every pallas_call carries a `pl.CostEstimate`, so a
 compiled program's cost analysis counts the kernels.
 
 Interpret or compiled is decided by the platform the op is lowered for (`lax.platform_dependent`): TPU gets the
@@ -27,8 +27,10 @@ caller's block size (there is no Mosaic GPU body yet).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import logging
 import math
 
 import jax
@@ -36,6 +38,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+log = logging.getLogger(__name__)
+SHARED_TYPES_PER_PROGRAM = 16  # shared q/k head: types per program (one q.k dot each), bounded by VMEM
 _LANES = 128  # TPU lane width: tiles and per-(b, h) outputs are multiples of it when compiled
 
 
@@ -59,7 +63,11 @@ class _Spec:
 
   @property
   def types_per_step(self):
-    return self.types if self.shared else 1
+    """Types one program covers: 1 for per-type q/k; for a shared head the largest divisor of H up to
+    SHARED_TYPES_PER_PROGRAM (its H bias columns sit in VMEM at once)."""
+    if not self.shared:
+      return 1
+    return max(n for n in range(1, min(self.types, SHARED_TYPES_PER_PROGRAM) + 1) if self.types % n == 0)
 
   def tiles(self, by_column: bool):
     """(row block, column block) of every visited tile; sorted by column block when `by_column`."""
@@ -238,8 +246,9 @@ def _operands(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK, *, transp
   abias, bbias = (eb_BHL, sb_BHL) if transposed else (sb_BHL, eb_BHL)
   d = q_BHLD.shape[-1]
   ops = [pad(a_BHLD, 2), pad(b_BHLD, 2)]
-  specs = [pl.BlockSpec((None, None, bs, d), lambda b, g, t, ab, bb, *_: (b, g, ab[t], 0)),
-           pl.BlockSpec((None, None, bs, d), lambda b, g, t, ab, bb, *_: (b, g, bb[t], 0))]
+  hq = (lambda g: 0) if spec.shared else (lambda g: g)  # noqa: E731
+  specs = [pl.BlockSpec((None, None, bs, d), lambda b, g, t, ab, bb, *_: (b, hq(g), ab[t], 0)),
+           pl.BlockSpec((None, None, bs, d), lambda b, g, t, ab, bb, *_: (b, hq(g), bb[t], 0))]
   # Biases and validity: the a side as columns [.., Lp, 1], the b side as rows [.., 1, Lp].
   for bias, column in ((abias, True), (bbias, False)):
     if bias is not None:
@@ -334,6 +343,8 @@ def _backward(spec, res, out_BH, g_BH):
   stats_BH2 = jnp.stack([out_BH, g_BH.astype(jnp.float32)], axis=-1)
   dq_BHLD, dsb_BHL = _backward_pass(spec, res, stats_BH2, transposed=False)
   dk_BHLD, deb_BHL = _backward_pass(spec, res, stats_BH2, transposed=True)
+  if spec.shared:  # per program g: sum the programs' parts of the one shared head
+    dq_BHLD, dk_BHLD = jnp.sum(dq_BHLD, axis=1, keepdims=True), jnp.sum(dk_BHLD, axis=1, keepdims=True)
   cast = lambda dx, x: None if x is None else dx.astype(x.dtype)  # noqa: E731
   return cast(dq_BHLD, q_BHLD), cast(dk_BHLD, k_BHLD), cast(dsb_BHL, sb_BHL), cast(deb_BHL, eb_BHL)
 
@@ -363,6 +374,68 @@ def _neg_bwd(spec_of, saved, g_BH):
 _neg_term.defvjp(_neg_fwd, _neg_bwd)
 
 
+# The largest tile (of 128, 256, 512, 1024) whose loss + gradient compiles inside one chip's scoped VMEM, per TPU
+# generation and head (per-type q/k, or one shared head whose H per-type bias columns a program holds at once):
+# measured by compiling for each generation with libtpu on a CPU machine at L 4096, H 50, d 64, bf16 q/k
+# (docs/benchmarks/span_head.md, "TPU tiles"). A compiled kernel uses min(loss.block_size, this).
+TPU_MAX_TILE: dict[tuple[str, str], int] = {
+    ("v4", "per_type"): 1024, ("v5e", "per_type"): 1024, ("v5p", "per_type"): 1024, ("v6e", "per_type"): 1024,
+    ("v4", "shared"): 256, ("v5e", "shared"): 512, ("v5p", "shared"): 256, ("v6e", "shared"): 512,
+}
+TPU_GENERATIONS = ("v4", "v5e", "v5p", "v6e")
+_target = {"generation": None}
+_logged: set[tuple] = set()
+
+
+def tpu_generation(device_kind: str) -> str | None:
+  """"TPU v4" -> v4, "TPU v5 lite" / "TPU v5e" -> v5e, "TPU v5" / "TPU v5p" -> v5p, "TPU v6 lite" / "TPU v6e" -> v6e."""
+  kind = device_kind.lower().replace("tpu", "").strip()
+  if kind.startswith("v4"):
+    return "v4"
+  if kind.startswith("v5") and ("lite" in kind or "e" in kind[2:]):
+    return "v5e"
+  if kind.startswith("v5"):
+    return "v5p"
+  if kind.startswith("v6"):
+    return "v6e"
+  return None
+
+
+@contextlib.contextmanager
+def tpu_target(generation: str | None):
+  """Compile the kernel's tiles for this TPU generation (lowering from a machine without that chip)."""
+  before = _target["generation"]
+  _target["generation"] = generation
+  try:
+    yield
+  finally:
+    _target["generation"] = before
+
+
+def target_generation() -> str | None:
+  """The generation set by `tpu_target`, else this machine's TPU, else None (unknown)."""
+  if _target["generation"]:
+    return _target["generation"]
+  device = jax.devices()[0]
+  return tpu_generation(device.device_kind) if device.platform == "tpu" else None
+
+
+def clamp_tile(tile: int, *, shared: bool) -> int:
+  """min(tile, the generation's largest tile for this head); an unknown generation takes the smallest of them.
+  Logs once when it clamps."""
+  head = "shared" if shared else "per_type"
+  gen = target_generation()
+  fits = [v for (g, h), v in TPU_MAX_TILE.items() if h == head and (gen is None or g == gen)]
+  if not fits or tile <= min(fits):
+    return tile
+  key = (tile, head, gen)
+  if key not in _logged:
+    _logged.add(key)
+    log.info("loss.block_size %d clamped to %d for TPU %s (%s q/k head): the largest tile that fits its scoped VMEM",
+             tile, min(fits), gen or "of unknown generation", head.replace("_", "-"))
+  return min(fits)
+
+
 @dataclasses.dataclass(frozen=True)
 class _SpecOf:
   """Hashable `compiled -> _Spec` (a custom_vjp non-differentiable argument)."""
@@ -377,6 +450,8 @@ class _SpecOf:
 
   def __call__(self, compiled: bool) -> _Spec:
     bs = _tile_size(self.length, self.block_size, compiled)
+    if compiled:
+      bs = clamp_tile(bs, shared=self.shared)
     return _Spec(self.length, bs, -(-self.length // bs), self.max_span_width, self.shared, self.types, self.has_sb,
                  self.has_eb, interpret=not compiled)
 
@@ -398,4 +473,4 @@ def neg_term(q_BLHD, k_BLHD, *, span_ids_BHK, valid_BL, start_bias_BHL=None, end
                    f32(end_bias_BHL), valid_BL, ids)
 
 
-__all__ = ["cost_estimate", "neg_term", "sorted_gold"]
+__all__ = ["TPU_MAX_TILE", "clamp_tile", "cost_estimate", "neg_term", "sorted_gold", "tpu_generation", "tpu_target"]

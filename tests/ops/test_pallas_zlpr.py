@@ -204,10 +204,10 @@ def test_cost_estimate_scales_with_tiles_and_types():
   assert longer.flops * n1 * (n1 + 1) == base.flops * n2 * (n2 + 1)
   assert flops(1024, 10, backward=True).flops > base.flops
   assert base.bytes_accessed > 0
-  # A shared head computes each tile's dot once for all types: 50 types cost far less than 50 per-type heads.
+  # A shared head computes each tile's dot once per program of 10 types (the largest divisor of 50 up to 16).
   shared, per_type = flops(1024, 50, shared=True), flops(1024, 50)
   tiles = n1 * (n1 + 1) // 2
-  assert per_type.flops - shared.flops == 49 * tiles * 2 * 128 * 128 * 64
+  assert per_type.flops - shared.flops == 45 * tiles * 2 * 128 * 128 * 64
   assert shared.transcendentals == per_type.transcendentals
 
 
@@ -237,3 +237,31 @@ def test_tiles_read_gold_only_through_their_ranges(monkeypatch):
   monkeypatch.setattr(pallas_zlpr, "sorted_gold",
                       lambda *a, **kw: (real(*a, **kw)[0], jnp.zeros_like(real(*a, **kw)[1])))
   np.testing.assert_allclose(np.asarray(run(ids)), without_gold, rtol=1e-6)
+
+
+def test_shared_head_over_several_programs():
+  """34 types share one q/k head: programs of 2 types each (34 = 2 x 17), their d(q), d(k) summed afterwards."""
+  from gp_jax.ops import pallas_zlpr
+
+  assert pallas_zlpr._SpecOf(24, 8, None, True, 34, True, True)(False).types_per_step == 2
+  q, k, am, sb, eb, ids = make_case(10, B=2, L=24, Hq=1, H=34, biases=True, lengths=(24, 17))
+  kw = dict(ids=jnp.asarray(ids), am=jnp.asarray(am), W=None, block_size=8)
+  assert_same(loss_and_grads("pallas", q, k, sb, eb, **kw), loss_and_grads("xla", q, k, sb, eb, **kw))
+
+
+def test_compiled_tile_is_clamped_to_what_the_generation_fits(monkeypatch, caplog):
+  from gp_jax.ops import pallas_zlpr
+
+  assert [pallas_zlpr.tpu_generation(k) for k in ("TPU v4", "TPU v5 lite", "TPU v5e", "TPU v5", "TPU v5p",
+                                                   "TPU v6 lite", "cpu")] == ["v4", "v5e", "v5e", "v5p", "v5p",
+                                                                              "v6e", None]
+  monkeypatch.setattr(pallas_zlpr, "TPU_MAX_TILE", {("v4", "shared"): 128, ("v6e", "shared"): 256,
+                                                    ("v4", "per_type"): 1024, ("v6e", "per_type"): 1024})
+  spec = lambda shared: pallas_zlpr._SpecOf(4096, 512, None, shared, 10, shared, shared)  # noqa: E731
+  with pallas_zlpr.tpu_target("v6e"):
+    assert spec(True)(True).tile == 256 and spec(False)(True).tile == 512
+  with pallas_zlpr.tpu_target("v4"), caplog.at_level("INFO", logger="gp_jax.ops.pallas_zlpr"):
+    assert spec(True)(True).tile == 128
+  assert "clamped to 128 for TPU v4" in caplog.text
+  assert spec(True)(True).tile == 128  # unknown generation (this CPU): the smallest that fits every generation
+  assert spec(True)(False).tile == 512  # the interpreter keeps the caller's tile
