@@ -1,8 +1,8 @@
 """Runs an experiment's sweep on Cloud TPU VM slices with lease-based workers, detached, and shows its progress.
 
   python -m launch.tpu run --tpu=NAME --zone=ZONE [--project=P] [--ref=HEAD] [--slices=N] [--hosts_per_point=all|1] \\
-      [--python=PATH] --config=experiments/rope_ablation.py[:ARG] --workdir=gs://BUCKET/runs/rope [--dry_run] \\
-      [-- --config.k=v ...]
+      [--accelerator_type=v4-8] [--python=PATH] --config=experiments/rope_ablation.py[:ARG] \\
+      --workdir=gs://BUCKET/runs/rope [--dry_run] [--nopreflight] [-- --config.k=v ...]
   python -m launch.tpu create | watch ...     (queued resources, spot slices: docs/tpu.md section 8)
   python -m launch.tpu status --workdir=gs://BUCKET/runs/rope [--config=experiments/rope_ablation.py[:ARG]]
 
@@ -20,6 +20,11 @@ WORKDIR/_launch/, skip points whose results.json says "finished" and resume the 
 so rerunning the same `run` command after a preemption or a failure finishes the rest. Worker logs are copied
 to WORKDIR/_launch/logs/ every 5 minutes and at the end. One supervisor runs per host at a time (a lock in
 ~/.gp_jax_queue.lock).
+
+Before anything is shipped, `run` compiles every point for the topology it runs on (the whole slice, or one
+host's slice under --hosts_per_point=1) with `launch.compile` (libtpu on this CPU machine) and refuses a sweep with
+a point that does not fit, naming the point and the reason (`--nopreflight` skips the check; without libtpu it says
+so in one line and goes on). `--dry_run` prints that table too.
 
 `status` reads each point's results.json (or its last metrics.jsonl line) and prints point, status, step
 and dev F1; with --config it also lists the points that have not started. See docs/tpu.md.
@@ -279,6 +284,51 @@ def _repo_root() -> str:
                         text=True).stdout.strip()
 
 
+def preflight_type(accelerator_type: str, hosts_per_point: str) -> str:
+  """The accelerator type a point runs on: the slice's, or with one point per host the one `host_as_slice_env`
+  tells libtpu."""
+  if hosts_per_point == "1":
+    return host_as_slice_env(accelerator_type)["TPU_ACCELERATOR_TYPE"]
+  return accelerator_type
+
+
+def preflight_command(args, python: str = sys.executable) -> list[str]:
+  """`launch.compile` of every point of the sweep for the topology it runs on."""
+  target = preflight_type(args.accelerator_type, args.hosts_per_point)
+  return [python, "-m", "launch.compile", f"--config={args.config}", f"--accelerator_type={target}",
+          *(["--", *args.extra] if args.extra else [])]
+
+
+def preflight(args, repo: str) -> int:
+  """0 when every point compiles and fits (or libtpu is absent: one line says so), else launch.compile's status
+  (2: a point does not fit, 1: the check itself failed). Its table goes to stdout line by line."""
+  from launch import compile as compile_lib  # pylint: disable=g-import-not-at-top
+
+  missing = compile_lib.libtpu_missing()
+  if missing:
+    print(f"preflight skipped: {missing}", flush=True)
+    return 0
+  cmd = preflight_command(args)
+  print(f"preflight: {shlex.join(cmd[1:])}", flush=True)
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
+  failed = []
+  with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) as proc:
+    for line in proc.stdout:
+      print(line, end="", flush=True)
+      if ": does not fit: " in line or ": error: " in line:
+        failed.append(line.rstrip("\n"))
+  if proc.returncode == compile_lib.EXIT_DOES_NOT_FIT:
+    target = preflight_type(args.accelerator_type, args.hosts_per_point)
+    print(f"refused: {len(failed)} step(s) of the sweep do not fit on {target}; nothing was shipped "
+          "(fix them, or --nopreflight to launch anyway):", file=sys.stderr)
+    for line in failed:
+      print(f"  {line}", file=sys.stderr)
+  elif proc.returncode:
+    print(f"refused: the preflight failed (launch.compile exit {proc.returncode}, see above); --nopreflight skips "
+          "it", file=sys.stderr)
+  return proc.returncode
+
+
 def cmd_run(args) -> int:
   repo = _repo_root()
   if not args.workdir.startswith("gs://"):
@@ -290,6 +340,10 @@ def cmd_run(args) -> int:
   if dirty:
     print(f"WARNING: uncommitted changes are not shipped; workers get {args.ref} ({sha}).", file=sys.stderr)
   n = len(sweep.expand(args.config, args.workdir))
+  if args.preflight:
+    status = preflight(args, repo)
+    if status:
+      return status
   tmp = tempfile.mkdtemp(prefix="gp_jax_launch_")
   try:
     commands, scripts = worker_plan(args, repo, sha, tmp)
@@ -464,7 +518,8 @@ def _worker_flags(p) -> None:
                  "worker and train one point together (default); 1: every host is its own worker (libtpu told the "
                  "host is a slice)")
   p.add_argument("--slices", type=int, default=1, help="run on NAME-0 ... NAME-(N-1) (see `create --slices`)")
-  p.add_argument("--accelerator_type", default="v4-8", help="with --hosts_per_point=1: the slice type (v4-32, ...)")
+  p.add_argument("--accelerator_type", default="v4-8", help="the slice type (v4-8, v4-32, v5litepod-16, ...): what the "
+                 "preflight compiles for, and with --hosts_per_point=1 what each host is told")
 
 
 def main(argv=None):
@@ -482,7 +537,12 @@ def main(argv=None):
   run.add_argument("--config", required=True, help="experiment file in this repo, optionally with ':arg'")
   run.add_argument("--workdir", required=True, help="sweep root, gs://BUCKET/... (every host must see it)")
   _python_flag(run)
-  run.add_argument("--dry_run", action="store_true", help="print every command and the workers scripts; run nothing")
+  run.add_argument("--dry_run", action="store_true", help="print the preflight table, every command and the workers "
+                   "scripts; run nothing")
+  run.add_argument("--preflight", dest="preflight", action="store_true", default=True,
+                   help="compile every point for its topology here first (launch.compile; needs libtpu) and refuse "
+                   "the sweep when one does not fit (default)")
+  run.add_argument("--nopreflight", dest="preflight", action="store_false", help="skip that check")
   _worker_flags(run)
   run.add_argument("extra", nargs="*", help="flags for every run, after '--' (e.g. -- --config.num_epochs=2)")
   run.set_defaults(fn=cmd_run)

@@ -1,0 +1,667 @@
+"""Compile every point of a sweep for its TPU slice on this CPU machine (libtpu), before the slice is paid for.
+
+  python -m launch.compile --config=CONFIG[:ARG] --accelerator_type=TYPE [--mesh=data:N,fsdp:M]
+      [--points=all|I,J] [--buckets=largest|all] [--steps=train,eval] [--json=FILE] [--scratch_vocab=N]
+      [--num_types=N] [-- --config.key=value ...]
+
+Needs libtpu beside jax (`pip install -e '.[aot]'`): XLA:TPU and Mosaic then compile for a named TPU topology with
+no TPU present (`jax.experimental.topologies.get_topology_desc`). JAX itself runs on this machine's CPU
+(JAX_PLATFORMS=cpu is set here). TYPE is a Cloud TPU accelerator type as `launch.tpu` takes it (v4-8 ... v4-4096,
+v5litepod-1 ... -256, v5p-8 ..., v6e-1 ... -256); `tpu_slice` maps each to its topology, chip config, hosts, HBM
+and bf16 peak (`FAMILIES`).
+
+Each point of the sweep (`launch.sweep.expand`, the flags after `--` added to every point) gets the config
+`gp_jax.main` would build (`launch.worker.load_config`), then is built as the trainer builds it on that slice:
+target platform tpu (`factory.precision`: dtype, attention and loss implementation resolved for TPU), the mesh of
+`config.mesh` (or --mesh) over the slice's devices, the trainer's shardings and its jitted steps
+(`steps.make_train_step` with the state donated, `steps.make_eval_step` with the first hit buffer `HitDecoder`
+uses; the Pallas ZLPR kernel's tiles picked for that TPU generation, `pallas_zlpr.tpu_target`), at the config's
+length buckets (`--buckets=largest`, the default: the memory bound; `all`: every bucket).
+Everything is abstract (`ShapeDtypeStruct`): no parameter or batch is allocated, so a batch of 2^20 costs nothing
+here. A pretrained encoder's shape comes from its config.json alone (a folder holding only config.json is enough;
+a hub id reads the HF cache or downloads that one file); the scratch encoder's vocabulary is a stand-in
+(--scratch_vocab chars, tokenizer.max_bigrams + 2 bigrams), as is the number of entity types of user files
+(--num_types; corpora and synthetic data know theirs). Points whose configs differ only in what no step reads
+(seed, epochs, logging) are built once, and points that lower to the same program are compiled once.
+
+One line per (point, step, bucket):
+
+  dataset=msra/use_rope=True,head=standard,seed=0 train L128 B32: compiled in 10 s; HBM per chip 0.10 / 16 GiB; \
+1.9 GFLOP per chip; 0 TPU kernels; compute floor 0.01 ms [data:8 x fsdp:1, bfloat16, attention none, loss xla]
+  dataset=msra/use_rope=True,head=standard,seed=1 train L128 B32: same program as dataset=msra/use_rope=True,...
+
+HBM per chip = arguments + outputs - aliased (the donated state) + temporaries + generated code, from the compiled
+program's memory analysis, against the chip's HBM. GFLOP per chip per step from its cost analysis (Pallas kernels
+count as far as their `pl.CostEstimate` says); the compute floor is that over the chip's bf16 peak. TPU kernels:
+Mosaic custom calls per step (splash attention, the Pallas ZLPR loss), counted per call site
+(`benchmarks.lowering.kernel_calls`). What compiling proves and what it does not: docs/tpu.md section 11.
+
+Exit status 0 when every line fits; 2 when one does not, the reason named (HBM, VMEM with the kernel and its block
+size, a Mosaic lowering error, or a config the trainer refuses on that slice); 1 on an unexpected error (its
+traceback on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import re
+import sys
+import time
+import traceback
+
+from launch import sweep
+
+INSTALL_HINT = "pip install -e '.[aot]' (libtpu for this jax) compiles every point for its slice first"
+EXIT_FITS, EXIT_ERROR, EXIT_DOES_NOT_FIT = 0, 1, 2
+GIB = 1 << 30
+TOTAL_STEPS = 10_000  # the schedule's length only sets constants in the step
+SCRATCH_VOCAB = 6000  # stand-in: CJK corpora have 4-6k distinct chars (MSRA: 4734)
+STEPS = ("train", "eval")
+NUM_TYPES = 10  # stand-in for user files, whose types are known only once read
+# Keys no step reads (the schedule is built for TOTAL_STEPS): points differing only in these are built once.
+NOT_IN_PROGRAM = ("seed", "num_epochs", "num_train_steps", "log_every_steps", "eval_every_steps",
+                  "checkpoint_every_steps", "keep_checkpoints", "early_stop_patience", "progress_bar",
+                  "compilation_cache", "init_from", "allow_config_change", "tune_threshold")
+
+
+# ----------------------------------------------------------------------------- accelerator types
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """One TPU generation as libtpu names it, and what a chip has."""
+
+  topology: str  # topology-name prefix libtpu takes: "v5e:2x4"
+  chip_config: str  # megacore: one device over a chip's two TensorCores; default: one core per chip
+  cores_per_chip: int  # what the number in the accelerator type counts: TensorCores (v4, v5p) or chips
+  hbm_gib: float  # HBM per chip
+  bf16_tflops: float  # peak bf16 matmul throughput per chip
+  grids: dict  # chips -> topology bounds
+
+
+GRIDS_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 192: "4x4x12",
+            256: "4x8x8", 512: "8x8x8", 768: "8x8x12", 1024: "8x8x16", 2048: "8x16x16"}
+GRIDS_2D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
+# Cloud TPU's published figures (cloud.google.com/tpu/docs/system-architecture-tpu-vm).
+FAMILIES = {
+    "v4": Family("v4", "megacore", 2, 32, 275, GRIDS_3D),
+    "v5litepod": Family("v5e", "default", 1, 16, 197, GRIDS_2D),
+    "v5p": Family("v5", "megacore", 2, 95, 459, GRIDS_3D),
+    "v6e": Family("v6e", "default", 1, 32, 918, GRIDS_2D),
+}
+HOST_CHIPS = 4  # chips per host of a multi-host slice; single-host v5e/v6e slices hold up to 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Slice:
+  accelerator_type: str  # "v5litepod-16"
+  family: Family
+  chips: int
+  topology: str  # "v5e:4x4"
+  chips_per_host: tuple[int, int, int]
+
+  @property
+  def hosts(self) -> int:
+    return self.chips // math.prod(self.chips_per_host)
+
+  @property
+  def hbm_bytes(self) -> int:
+    return int(self.family.hbm_gib * GIB)
+
+  def describe(self) -> str:
+    f = self.family
+    chips, hosts = f"{self.chips} chip" + "s" * (self.chips > 1), f"{self.hosts} host" + "s" * (self.hosts > 1)
+    return (f"{self.accelerator_type}: topology {self.topology} ({f.chip_config}), {chips} on {hosts}, "
+            f"{f.hbm_gib:g} GiB HBM and {f.bf16_tflops:g} bf16 TFLOP/s per chip")
+
+
+def tpu_slice(accelerator_type: str) -> Slice:
+  """The topology of a Cloud TPU accelerator type ("v4-8", "v5litepod-16", ...); ValueError naming the known ones."""
+  name, _, count = accelerator_type.rpartition("-")
+  family = FAMILIES.get(name)
+  if family is None or not count.isdigit() or int(count) % family.cores_per_chip:
+    raise ValueError(f"unknown accelerator type {accelerator_type!r}; known families: {', '.join(FAMILIES)} "
+                     "(e.g. v4-8, v5litepod-16, v5p-8, v6e-8)")
+  chips = int(count) // family.cores_per_chip
+  grid = family.grids.get(chips)
+  if grid is None:
+    sizes = ", ".join(f"{name}-{c * family.cores_per_chip}" for c in family.grids)
+    raise ValueError(f"no topology known for {accelerator_type}; known: {sizes}")
+  bounds = [int(x) for x in grid.split("x")]
+  bounds += [1] * (3 - len(bounds))
+  single_host = chips <= (8 if family.grids is GRIDS_2D else HOST_CHIPS)
+  chips_per_host = tuple(bounds) if single_host else (2, 2, 1)
+  return Slice(accelerator_type, family, chips, f"{family.topology}:{grid}", chips_per_host)
+
+
+# ----------------------------------------------------------------------------- libtpu and the topology
+
+
+def libtpu_missing() -> str | None:
+  """None when libtpu is importable, else one line saying so and how to install it."""
+  if importlib.util.find_spec("libtpu") is None:
+    return f"libtpu is not installed: {INSTALL_HINT}"
+  return None
+
+
+def use_cpu() -> None:
+  """JAX computes on this machine's CPU; libtpu only compiles. Before jax is imported."""
+  os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+@contextlib.contextmanager
+def _libtpu_env(accelerator_type: str):
+  """What libtpu reads when it starts: another process's libtpu may hold /tmp/libtpu_lockfile, and with no TPU
+  here there is no metadata server to ask (its start-up warnings stay quiet)."""
+  values = {"ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TPU_SKIP_MDS_QUERY": "1", "TPU_ACCELERATOR_TYPE": accelerator_type,
+            "TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0"}
+  old = {k: os.environ.get(k) for k in values}
+  os.environ.update({k: v for k, v in values.items() if old[k] is None})
+  try:
+    yield
+  finally:
+    for k, v in old.items():
+      if v is None:
+        os.environ.pop(k, None)
+
+
+def topology_devices(s: Slice) -> list:
+  """Compile-only devices of the slice."""
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+
+  with _libtpu_env(s.accelerator_type):
+    desc = topologies.get_topology_desc(s.topology, "tpu", chip_config_name=s.family.chip_config,
+                                        chips_per_host_bounds=s.chips_per_host, num_slices=1)
+  return list(desc.devices)
+
+
+# ----------------------------------------------------------------------------- points
+
+
+@dataclasses.dataclass
+class Point:
+  name: str  # the run folder `launch.sweep` gives it
+  config: object  # the ConfigDict gp_jax.main builds for it
+
+
+def sweep_points(config_spec: str, *, extra=(), points: str = "all") -> list[Point]:
+  """The chosen points of `config_spec`'s sweep (one point when it has none), configs as `gp_jax.main` builds them."""
+  from launch import worker  # pylint: disable=g-import-not-at-top
+
+  runs = sweep.expand(config_spec, "compile", extra=list(extra))
+  if points != "all":
+    chosen = [int(i) for i in points.split(",") if i.strip()]
+    bad = [i for i in chosen if not 0 <= i < len(runs)]
+    if bad:
+      raise ValueError(f"--points {bad} out of range: the sweep has {len(runs)} points (0 ... {len(runs) - 1})")
+    runs = [runs[i] for i in chosen]
+  return [Point(r.name, worker.load_config(r)) for r in runs]
+
+
+def program_key(config) -> str:
+  """The config without the keys no step reads: equal keys build equal steps."""
+  flat = json.loads(config.to_json_best_effort(sort_keys=True))
+  for k in NOT_IN_PROGRAM:
+    flat.pop(k, None)
+  return json.dumps(flat, sort_keys=True)
+
+
+def encoder_config_json(pretrained: str) -> dict:
+  """A pretrained encoder's config.json and nothing else: a folder (config.json alone is enough), gs://, minilm, or
+  a hub id (the HF cache, else that one file is downloaded)."""
+  from gp_jax.models import pretrained as pretrained_lib  # pylint: disable=g-import-not-at-top
+
+  kind, arg = pretrained_lib._parse(pretrained)  # pylint: disable=protected-access
+  if kind == "hub":
+    from huggingface_hub import hf_hub_download  # pylint: disable=g-import-not-at-top
+
+    path = hf_hub_download(arg[0], "config.json", revision=arg[1])
+  elif kind == "minilm":
+    path = pretrained_lib.minilm_l6_path() / "config.json"
+  elif kind == "url":
+    from etils import epath  # pylint: disable=g-import-not-at-top
+
+    return json.loads((epath.Path(arg) / "config.json").read_text())
+  else:
+    path = arg / "config.json"
+  with open(path) as f:
+    return json.load(f)
+
+
+def entity_types(config, num_types: int) -> tuple[list[str], str]:
+  """(types, where they came from): the corpus's own, else `num_types` stand-ins."""
+  from gp_jax.data import corpora, sources  # pylint: disable=g-import-not-at-top
+
+  name = config.data.name
+  if name == "synthetic":
+    return list(sources.SYNTHETIC_TYPES), "synthetic"
+  if name in corpora.NAMES:
+    return list(corpora.corpus_types(name)), name
+  return [f"T{i}" for i in range(num_types)], f"stand-in for {name} files (--num_types)"
+
+
+def stand_ins(config, *, scratch_vocab: int):
+  """(tokenizer stand-in, feature ranges for `inputs.synthetic_batch`, encoder config.json or None, note)."""
+  from benchmarks import inputs  # pylint: disable=g-import-not-at-top
+
+  if config.model.encoder == "bert":
+    hf = encoder_config_json(config.model.pretrained)
+    tokenizer, features = inputs.bert_inputs(hf)
+    note = (f"encoder {config.model.pretrained} (config.json: {hf.get('num_hidden_layers')} layers, width "
+            f"{hf.get('hidden_size')}, vocabulary {hf.get('vocab_size')})")
+    return tokenizer, features, hf, note
+  bigrams = int(config.tokenizer.max_bigrams or 50_000) + 2 if config.model.bigram_dim else 0
+  tokenizer, features = inputs.msra_inputs(vocab=scratch_vocab, bigram_vocab=max(bigrams, 3))
+  note = (f"scratch encoder, vocabulary {scratch_vocab} chars (stand-in, --scratch_vocab) and {bigrams} bigrams "
+          "(tokenizer.max_bigrams + [PAD], [UNK])")
+  return tokenizer, features, None, note
+
+
+def abstract_rows(config, tokenizer, features, num_types: int, *, batch: int, length: int) -> dict:
+  """The model batch (`evaluate.model_batch` of the pipeline's format) as shapes: built for one row, widened to
+  `batch` rows without allocating them."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  from benchmarks import inputs  # pylint: disable=g-import-not-at-top
+  from gp_jax import evaluate, factory  # pylint: disable=g-import-not-at-top
+
+  prefix = int(getattr(tokenizer, "num_prefix", 1 if config.model.encoder == "bert" else 0))
+  row = inputs.synthetic_batch(batch=1, seq=length, num_types=num_types, features=features, num_prefix=prefix,
+                               num_suffix=prefix, spans_per_row=min(4, max(1, length - 2 * prefix)))
+  row = evaluate.model_batch(row)
+  if factory.tag_scheme(config) is not None:
+    row["tags"] = row["attention_mask"]  # int32 [B, L], as `batching` adds for tagger heads
+  return {k: jax.ShapeDtypeStruct((batch,) + v.shape[1:], v.dtype) for k, v in row.items()}
+
+
+# ----------------------------------------------------------------------------- compiling one step
+
+
+@dataclasses.dataclass
+class Row:
+  """One (point, step, bucket)."""
+
+  point: str
+  step: str  # train | eval
+  length: int
+  batch: int
+  status: str  # compiled | does not fit | error
+  labels: str = ""  # mesh, dtype, attention, loss
+  seconds: float | None = None
+  hbm_bytes: int | None = None
+  hbm_limit_bytes: int | None = None
+  gflop: float | None = None
+  kernels: int | None = None
+  floor_ms: float | None = None
+  reason: str = ""
+  same_as: str = ""  # the point whose compile this one's program shares
+  memory: dict = dataclasses.field(default_factory=dict)
+
+  def line(self) -> str:
+    head = f"{self.point} {self.step} L{self.length} B{self.batch}: "
+    tail = f" [{self.labels}]" if self.labels else ""
+    if self.status == "error":
+      return head + f"error: {self.reason}" + tail
+    if self.hbm_bytes is None:
+      return head + f"does not fit: {self.reason}" + tail
+    how = f"same program as {self.same_as}" if self.same_as else f"compiled in {self.seconds:.0f} s"
+    figures = (f"HBM per chip {self.hbm_bytes / GIB:.2f} / {self.hbm_limit_bytes / GIB:g} GiB; "
+               f"{self.gflop:.1f} GFLOP per chip; {self.kernels} TPU kernels; compute floor {self.floor_ms:.2f} ms")
+    if self.status == "does not fit":
+      return head + f"does not fit: {self.reason} ({how}); {figures}" + tail
+    return head + f"{how}; {figures}" + tail
+
+
+def hbm_bytes(memory) -> int:
+  """Arguments + outputs - aliased + temporaries + generated code of a compiled program, per device."""
+  return (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
+          + memory.temp_size_in_bytes + memory.generated_code_size_in_bytes)
+
+
+_KERNEL_OP = re.compile(r'op_name="[^"]*?/([\w.-]+)/pallas_call"')
+_KERNEL_LABEL = re.compile(r"(?:HLO :: |for %)([A-Za-z_][\w-]*?)(?:\.\d+)?\s")
+_HBM_NEED = re.compile(r"required for (.+?) \(([\d.]+[KMGT]?)\) exceeds available HBM \(([\d.]+[KMGT]?)\)")
+_HBM_USED = re.compile(r"Used ([\d.]+[KMGT]) of ([\d.]+[KMGT]) hbm")
+_VMEM_SIZES = re.compile(r"(?:size|Used) ([\d.]+[KMG]) (?:and limit|of) ([\d.]+[KMG])")
+
+
+def zlpr_tile(config, *, length: int, generation: str | None) -> int:
+  """The ZLPR kernel's compiled tile: loss.block_size (at most L) rounded up to 128 lanes, clamped to what the TPU
+  generation fits (`pallas_zlpr.clamp_tile`)."""
+  from gp_jax.ops import pallas_zlpr  # pylint: disable=g-import-not-at-top
+
+  tile = -(-min(int(config.loss.block_size), length) // 128) * 128
+  with pallas_zlpr.tpu_target(generation):
+    return pallas_zlpr.clamp_tile(tile, shared=config.model.head == "efficient")
+
+
+def failure(e: BaseException, config, *, length: int | None = None, generation: str | None = None) -> str | None:
+  """The reason a step cannot run on the slice, for the compiler's and Mosaic's refusals and the trainer's own; None
+  for anything else (a bug). `length` and `generation` name the ZLPR kernel's tile in a VMEM reason."""
+  from gp_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+
+  text = str(e)
+  first = (text.strip().splitlines() or [type(e).__name__])[0][:300]
+  if isinstance(e, UserError):
+    return f"refused: {first}"
+  if "vmem" in text.lower() and ("RESOURCE_EXHAUSTED" in text or "Vmem" in text):
+    kernel = _KERNEL_OP.search(text)
+    kernel = kernel or _KERNEL_LABEL.search(text)
+    kernel = kernel.group(1) if kernel else "a TPU kernel"
+    block = "splash block 128"
+    if kernel.startswith("zlpr"):
+      block = f"loss.block_size={config.loss.block_size}"
+      if length:
+        tile = zlpr_tile(config, length=length, generation=generation)
+        block += f": {tile} x {tile} tiles" + (f" on {generation}" if generation else "")
+    sizes = _VMEM_SIZES.search(text)
+    need = f": needs {sizes.group(1)} of {sizes.group(2)} scoped VMEM" if sizes else ""
+    return f"VMEM: kernel {kernel} ({block}){need}"
+  if "RESOURCE_EXHAUSTED" in text and "hbm" in text.lower():
+    need = _HBM_NEED.search(text)
+    if need:
+      return f"HBM: {need.group(1)} need {need.group(2)}, {need.group(3)} available"
+    used = _HBM_USED.search(text)
+    return "HBM: " + (f"needs {used.group(1)} of {used.group(2)}" if used else first)
+  if "Mosaic" in text or "Pallas TPU lowering" in text:
+    return f"Mosaic: {first}"
+  return None
+
+
+class Compiler:
+  """Builds and compiles the points of one slice; remembers programs it has compiled."""
+
+  def __init__(self, s: Slice, *, mesh_sizes: dict | None = None, buckets: str = "largest",
+               steps=STEPS, scratch_vocab: int = SCRATCH_VOCAB, num_types: int = NUM_TYPES, out=print):
+    self.slice = s
+    self.steps = tuple(steps)
+    self.devices = topology_devices(s)
+    self.generation = pallas_generation(self.devices)
+    self.mesh_sizes = mesh_sizes
+    self.buckets = buckets
+    self.scratch_vocab = scratch_vocab
+    self.num_types = num_types
+    self.out = out
+    self.rows: list[Row] = []
+    self.unexpected = False
+    self._built: dict[str, str] = {}  # program_key -> first point with it
+    self._compiled: dict[str, tuple[str, Row]] = {}  # lowered program hash -> (point, its row)
+    self._notes: set[str] = set()
+
+  def _note(self, text: str) -> None:
+    if text not in self._notes:
+      self._notes.add(text)
+      self.out(text)
+
+  def lengths(self, config) -> list[int]:
+    from gp_jax.data import batching  # pylint: disable=g-import-not-at-top
+
+    buckets = batching.normalize_buckets(config.data.buckets, config.data.max_len)
+    return list(buckets) if self.buckets == "all" else [buckets[-1]]
+
+  def run(self, points: list[Point]) -> list[Row]:
+    for point in points:
+      if self.mesh_sizes:
+        point.config.mesh.data, point.config.mesh.fsdp = self.mesh_sizes["data"], self.mesh_sizes["fsdp"]
+      key = program_key(point.config)
+      if key in self._built:
+        for row in [r for r in self.rows if r.point == self._built[key]]:
+          self._emit(dataclasses.replace(row, point=point.name, same_as=row.same_as or row.point))
+        continue
+      self._built[key] = point.name
+      self.point(point)
+    return self.rows
+
+  def _emit(self, row: Row) -> None:
+    self.rows.append(row)
+    self.out(row.line())
+
+  def point(self, point: Point) -> None:
+    config = point.config
+    try:
+      built = self._build(config)
+    except Exception as e:  # pylint: disable=broad-except
+      for length in self._safe_lengths(config):
+        for step in self.steps:
+          self._fail(point, step, length, config.batch_size if step == "train" else config.eval_batch_size, "", e,
+                     config)
+      return
+    for length in self.lengths(config):
+      for step in self.steps:
+        batch = config.batch_size if step == "train" else config.eval_batch_size
+        labels = ""
+        try:
+          problem, setup, labels = self._step_inputs(built, step=step, batch=batch, length=length)
+          self._compile(point, step, problem, setup, labels)
+        except Exception as e:  # pylint: disable=broad-except
+          self._fail(point, step, length, batch, labels, e, config)
+
+  def _safe_lengths(self, config) -> list[int]:
+    try:
+      return self.lengths(config)
+    except Exception:  # pylint: disable=broad-except
+      return [int(config.data.max_len)]
+
+  def _fail(self, point, step, length, batch, labels, e, config) -> None:
+    reason = failure(e, config, length=length, generation=self.generation)
+    if reason is None:
+      self.unexpected = True
+      print(f"{point.name} {step} L{length}: unexpected error", file=sys.stderr)
+      traceback.print_exc(file=sys.stderr)
+      reason = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
+      self._emit(Row(point.name, step, length, batch, "error", labels, reason=reason))
+    else:
+      self._emit(Row(point.name, step, length, batch, "does not fit", labels, reason=reason))
+
+  def _build(self, config):
+    """(lowering.Problem without a batch, state.Setup, feature ranges of its batches) of a config on this slice: the
+    mesh over its devices, the model built for TPU, parameters abstract. Batch size and length do not enter it."""
+    from benchmarks import lowering  # pylint: disable=g-import-not-at-top
+    from gp_jax import factory  # pylint: disable=g-import-not-at-top
+    from gp_jax import sharding as shd  # pylint: disable=g-import-not-at-top
+    from gp_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+
+    tokenizer, features, hf, note = stand_ins(config, scratch_vocab=self.scratch_vocab)
+    types, source = entity_types(config, self.num_types)
+    self._note(f"{note}; {len(types)} entity types ({source})")
+    try:
+      mesh = shd.make_mesh(config.mesh.data, config.mesh.fsdp, devices=self.devices)
+    except ValueError as e:
+      raise UserError(f"{e} of {self.slice.accelerator_type}") from None
+    for name in ("batch_size", "eval_batch_size"):  # as train.setup_run checks
+      if config[name] % mesh.size or config[name] % self.slice.hosts:
+        raise UserError(f"{name}={config[name]} must be divisible by the {mesh.size} data-parallel devices (mesh "
+                        f"{dict(mesh.shape)}) and by the {self.slice.hosts} hosts of {self.slice.accelerator_type}")
+    dropout = factory.precision(config, "tpu").attention_dropout
+    problem = lowering.Problem(config, tokenizer, types, mesh, {}, hf, dropout)
+    with lowering.dropout_bits_for("tpu"):
+      setup = lowering.target_setup(problem, "tpu")
+    return problem, setup, features
+
+  def _step_inputs(self, built, *, step: str, batch: int, length: int):
+    """(lowering.Problem with the abstract batch, state.Setup, labels) of one step at one bucket."""
+    from gp_jax import factory  # pylint: disable=g-import-not-at-top
+
+    problem, setup, features = built
+    config, mesh = problem.config, problem.mesh
+    rows = abstract_rows(config, problem.tokenizer, features, len(problem.types), batch=batch, length=length)
+    problem = dataclasses.replace(problem, batch=rows)
+    policy = factory.precision(config, "tpu")
+    labels = (f"data:{mesh.shape['data']} x fsdp:{mesh.shape['fsdp']}, {policy.dtype}, attention "
+              f"{attention_choice(problem, policy, train=step == 'train')}, loss "
+              f"{factory.loss_implementation(config, 'tpu')}")
+    return problem, setup, labels
+
+  def _compile(self, point: Point, step: str, problem, setup, labels: str) -> None:
+    import jax  # pylint: disable=g-import-not-at-top
+
+    from benchmarks import lowering  # pylint: disable=g-import-not-at-top
+    from gp_jax.ops import pallas_zlpr  # pylint: disable=g-import-not-at-top
+
+    B, L = problem.batch["attention_mask"].shape
+    with lowering.dropout_bits_for("tpu"), pallas_zlpr.tpu_target(self.generation):
+      lowered = lower_step(step, setup, problem)
+    text = lowered.as_text()
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    if digest in self._compiled:
+      first, row = self._compiled[digest]
+      self._emit(dataclasses.replace(row, point=point.name, same_as=first, labels=labels))
+      return
+    kernels = sum(lowering.kernel_calls(text).values())
+    t0 = time.perf_counter()
+    try:
+      compiled = lowered.compile()
+    except Exception as e:  # pylint: disable=broad-except
+      reason = failure(e, point.config, length=L, generation=self.generation)
+      if reason is None:
+        raise
+      row = Row(point.name, step, L, B, "does not fit", labels, seconds=time.perf_counter() - t0, kernels=kernels,
+                reason=reason)
+      self._compiled[digest] = (point.name, row)
+      self._emit(row)
+      return
+    seconds = time.perf_counter() - t0
+    memory = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    del compiled, lowered
+    jax.clear_caches()  # a BERT-base program holds GBs of host memory; none is run
+    gflop = float((cost or {}).get("flops", 0.0)) / 1e9
+    used = hbm_bytes(memory)
+    row = Row(point.name, step, L, B, "compiled", labels, seconds=seconds, hbm_bytes=used,
+              hbm_limit_bytes=self.slice.hbm_bytes, gflop=gflop, kernels=kernels,
+              floor_ms=gflop / self.slice.family.bf16_tflops,
+              memory={k: int(getattr(memory, k)) for k in dir(memory) if k.endswith("_in_bytes")})
+    if used > self.slice.hbm_bytes:
+      row.status, row.reason = "does not fit", f"HBM: needs {used / GIB:.2f} of {self.slice.family.hbm_gib:g} GiB"
+    self._compiled[digest] = (point.name, row)
+    self._emit(row)
+
+
+def pallas_generation(devices) -> str | None:
+  """The slice's TPU generation as `pallas_zlpr` names it (v4, v5e, v5p, v6e): its kernel picks tiles for it
+  (`pallas_zlpr.tpu_target`) as it would on the chip."""
+  from gp_jax.ops import pallas_zlpr  # pylint: disable=g-import-not-at-top
+
+  return pallas_zlpr.tpu_generation(devices[0].device_kind)
+
+
+def attention_choice(problem, policy, *, train: bool) -> str:
+  """The self-attention the step holds on TPU (`ops.attention.choose`): splash, or xla and why; none for a scratch
+  encoder without attention blocks."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  from benchmarks import lowering  # pylint: disable=g-import-not-at-top
+  from gp_jax import factory  # pylint: disable=g-import-not-at-top
+  from gp_jax.ops import attention as attention_lib  # pylint: disable=g-import-not-at-top
+
+  config = problem.config
+  if config.model.encoder == "scratch" and not config.model.num_attn_layers:
+    return "none"
+  heads, width = lowering._attention_shape(problem)  # pylint: disable=protected-access
+  impl, why = attention_lib.choose(policy.attention, platform="tpu", dtype=jnp.dtype(factory.DTYPES[policy.dtype]),
+                                   length=problem.batch["attention_mask"].shape[1], head_dim=width // heads,
+                                   dropout=train and policy.attention_dropout > 0)
+  return impl + (f" ({why})" if why else "")
+
+
+def lower_step(step: str, setup, problem):
+  """The trainer's jitted train step (state donated) or eval step, lowered for the abstract state and batch."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  from benchmarks import lowering  # pylint: disable=g-import-not-at-top
+  from gp_jax import state as state_lib  # pylint: disable=g-import-not-at-top
+  from gp_jax import steps  # pylint: disable=g-import-not-at-top
+  from gp_jax.optim import make_optimizer  # pylint: disable=g-import-not-at-top
+
+  batch = lowering.abstract_batch(problem)
+  if step == "train":
+    tx, _ = make_optimizer(setup.config.optimizer, TOTAL_STEPS, setup.abstract_params)
+    fn = steps.make_train_step(setup, tx, loss_kind=setup.config.loss.kind)
+    return fn.lower(state_lib.abstract_state(setup, tx), batch)
+  B = problem.batch["attention_mask"].shape[0]
+  fn = steps.make_eval_step(setup, size=max(64, 32 * B))  # HitDecoder's first hit buffer
+  return fn.lower(state_lib.abstract_params(setup), batch, jax.ShapeDtypeStruct((), jnp.float32))
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def versions() -> str:
+  from importlib import metadata  # pylint: disable=g-import-not-at-top
+
+  def v(name):
+    try:
+      return metadata.version(name)
+    except metadata.PackageNotFoundError:
+      return "not installed"
+
+  return f"jax {v('jax')}, libtpu {v('libtpu')}"
+
+
+def exit_status(rows: list[Row], unexpected: bool) -> int:
+  if unexpected:
+    return EXIT_ERROR
+  return EXIT_DOES_NOT_FIT if any(r.status != "compiled" for r in rows) else EXIT_FITS
+
+
+def parse_args(argv):
+  p = argparse.ArgumentParser(prog="python -m launch.compile", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--config", required=True, help="experiment file, optionally with ':arg'")
+  p.add_argument("--accelerator_type", required=True, help="v4-8, v5litepod-16, v5p-8, v6e-8, ...")
+  p.add_argument("--mesh", default="", help="data:N,fsdp:M over the slice's chips (default: each point's config.mesh)")
+  p.add_argument("--points", default="all", help="all, or comma-separated indices of the sweep's points")
+  p.add_argument("--buckets", choices=("largest", "all"), default="largest",
+                 help="largest: the longest length bucket only (the memory bound); all: every bucket")
+  p.add_argument("--steps", default=",".join(STEPS), help="comma list of the steps to compile: train, eval")
+  p.add_argument("--json", default="", help="also write the rows to this file")
+  p.add_argument("--scratch_vocab", type=int, default=SCRATCH_VOCAB, help="scratch encoder: chars in the vocabulary")
+  p.add_argument("--num_types", type=int, default=NUM_TYPES, help="entity types of user data files (corpora know)")
+  p.add_argument("extra", nargs="*", help="flags for every point, after '--' (e.g. -- --config.batch_size=64)")
+  return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  use_cpu()
+  missing = libtpu_missing()
+  if missing:
+    print(missing, file=sys.stderr)
+    return EXIT_ERROR
+  try:
+    s = tpu_slice(args.accelerator_type)
+    mesh_sizes = None
+    if args.mesh:
+      from benchmarks import lowering  # pylint: disable=g-import-not-at-top
+
+      mesh_sizes = lowering.parse_mesh(args.mesh)
+    steps = [x.strip() for x in args.steps.split(",") if x.strip()]
+    if not steps or set(steps) - set(STEPS):
+      raise ValueError(f"--steps takes a comma list of {', '.join(STEPS)}, got {args.steps!r}")
+    points = sweep_points(args.config, extra=args.extra, points=args.points)
+  except (ValueError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return EXIT_ERROR
+  print(f"{s.describe()}; {len(points)} point{'s' * (len(points) != 1)} of {args.config}; {versions()}", flush=True)
+  compiler = Compiler(s, mesh_sizes=mesh_sizes, buckets=args.buckets, steps=steps, scratch_vocab=args.scratch_vocab,
+                      num_types=args.num_types, out=lambda line: print(line, flush=True))
+  rows = compiler.run(points)
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump({"accelerator_type": s.accelerator_type, "topology": s.topology, "chips": s.chips,
+                 "hbm_gib_per_chip": s.family.hbm_gib, "bf16_tflops_per_chip": s.family.bf16_tflops,
+                 "config": args.config, "rows": [dataclasses.asdict(r) for r in rows]}, f, indent=1)
+  return exit_status(rows, compiler.unexpected)
+
+
+if __name__ == "__main__":
+  sys.exit(main())
