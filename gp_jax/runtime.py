@@ -128,11 +128,36 @@ def dropout_bits() -> str:
   return "hash" if jax.default_backend() == "cpu" else "threefry"
 
 
+def configure_platforms() -> str | None:
+  """libtpu installed beside jax on a machine with no TPU (the `aot` extra, for `launch.compile`): JAX would still
+  start its TPU backend in every process, printing libtpu's start-up warnings and holding /tmp/libtpu_lockfile for
+  the process's life. Such a process computes on the CPU, so JAX is told so (and its subprocesses, through
+  JAX_PLATFORMS). Nothing changes when JAX_PLATFORMS is set, libtpu is absent, a TPU or NVIDIA GPU is present, or
+  this jax cannot tell. Returns the platforms set, or None."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+
+  if os.environ.get("JAX_PLATFORMS") is not None or importlib.util.find_spec("libtpu") is None:
+    return None
+  try:
+    from jax._src import hardware_utils  # pylint: disable=g-import-not-at-top
+
+    if hardware_utils.num_available_tpu_chips_and_device_id()[0] or hardware_utils.has_visible_nvidia_gpu():
+      return None
+  except (ImportError, AttributeError, OSError):
+    return None
+  import jax  # pylint: disable=g-import-not-at-top
+
+  jax.config.update("jax_platforms", "cpu")
+  os.environ["JAX_PLATFORMS"] = "cpu"
+  return "cpu"
+
+
 def configure() -> dict:
   """Process-level settings; idempotent. Call before JAX allocates or compiles anything."""
   global _configured
   if _configured is None:
-    _configured = {"malloc": configure_malloc(), "threefry": configure_threefry(), "compile_clock": start_compile_clock()}
+    _configured = {"platforms": configure_platforms(), "malloc": configure_malloc(), "threefry": configure_threefry(),
+                   "compile_clock": start_compile_clock()}
   return _configured
 
 
