@@ -36,6 +36,7 @@ On the lent GPU (docs/benchmarks.md: wheels from `benchmarks/device_wheels.sh`, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -189,20 +190,12 @@ def stage_versions(rec: Recorder, ctx: dict) -> None:
   peaks = {}
   for name, dtype, precision in (("bf16", "bfloat16", None), ("tf32", "float32", None),
                                  ("f32", "float32", "highest")):
-    with jax.default_matmul_precision(precision) if precision else _nullcontext():
+    with jax.default_matmul_precision(precision) if precision else contextlib.nullcontext():
       got = matmul_peak(n, repeats=7, dtype=dtype)
     peaks[name] = {k: round(v, 1) for k, v in got.items()}
     rec.set("peaks_gflops", peaks)
   rec.set("peak_note", f"{n}^3 matmul, best of 7; tf32 = float32 at jax's default precision (TF32 on a GPU's "
                        "tensor cores; plain f32 on a CPU), f32 = precision highest")
-
-
-class _nullcontext:
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    return False
 
 
 # ----------------------------------------------------------------------------- stage b: attention
@@ -404,16 +397,7 @@ def stage_precision(rec: Recorder, ctx: dict) -> None:
 # ----------------------------------------------------------------------------- stage d: train step
 
 
-def _time_steps(fn, n: int) -> float:
-  """Median seconds of `n` calls of `fn` (each blocks)."""
-  from benchmarks import common  # pylint: disable=g-import-not-at-top
-
-  return common.median_seconds(fn, n)
-
-
 def stage_train_step(rec: Recorder, ctx: dict) -> None:
-  import jax  # pylint: disable=g-import-not-at-top
-
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from gp_jax import runtime  # pylint: disable=g-import-not-at-top
 
@@ -443,7 +427,7 @@ def stage_train_step(rec: Recorder, ctx: dict) -> None:
         rec.set("first_step", first_line)
       for _ in range(2):
         step.step(dbatch)
-      sec = _time_steps(lambda step=step, dbatch=dbatch: step.step(dbatch), s["steps"])
+      sec = common.median_seconds(lambda step=step, dbatch=dbatch: step.step(dbatch), s["steps"])
     except Exception as e:  # pylint: disable=broad-except
       traceback.print_exc()
       rec.update("variants", name, {"status": "failed", "error": f"{type(e).__name__}: {str(e)[:300]}"})
@@ -480,7 +464,7 @@ def stage_train_step(rec: Recorder, ctx: dict) -> None:
           first_s = time.perf_counter() - t1
           for _ in range(2):
             fn()
-          sec = _time_steps(fn, s["steps"])
+          sec = common.median_seconds(fn, s["steps"])
         except Exception as e:  # pylint: disable=broad-except
           rec.update("variants", name, {"status": "failed", "error": f"{type(e).__name__}: {str(e)[:300]}"})
           continue
@@ -496,7 +480,6 @@ def stage_train_step(rec: Recorder, ctx: dict) -> None:
                               "vs_first": rounds.ratio(name, base).fmt()} for name in fns})
     rec.set("rounds_note", f"3 alternating rounds of every variant; vs_first: per-round time / {base!r}'s, "
                            "median [min..max]; " + rounds.watch.readout())
-  del jax
 
 
 # ----------------------------------------------------------------------------- stage e: span loss
@@ -508,6 +491,7 @@ def stage_span_loss(rec: Recorder, ctx: dict) -> None:
   import numpy as np  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
 
+  from benchmarks import common  # pylint: disable=g-import-not-at-top
   from gp_jax.models import GlobalPointer  # pylint: disable=g-import-not-at-top
 
   s = ctx["shapes"]["span"]
@@ -536,7 +520,7 @@ def stage_span_loss(rec: Recorder, ctx: dict) -> None:
                                             - mem.alias_size_in_bytes + mem.temp_size_in_bytes) / 2**30
         run = lambda: jax.block_until_ready(compiled(params, hidden, mask, span_ids))  # noqa: E731
         loss, _ = run()
-        sec = _time_steps(run, s["iters"])
+        sec = common.median_seconds(run, s["iters"])
         rec.update("runs", key, {"status": "ok", "ms": sec * 1e3, "compile_s": compile_s, "program_gib": mem_gib,
                                  "loss": float(loss), "H": H, "D": D, "block": block})
       except Exception as e:  # pylint: disable=broad-except
