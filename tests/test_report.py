@@ -227,10 +227,13 @@ def history_dir(tmp_path):
       stop = rope and seed == 1
       if stop:
         f1s = f1s[:2]
+      if not rope and seed == 0:
+        f1s[1] = 0.62  # best checkpoint at epoch 2 of 3
       curves[(rope, seed)] = f1s
+      history = _history(range(1, len(f1s) + 1), f1s)
       _run(root, f"msra/use_rope={rope},seed={seed}", dataset="msra", rope=rope, seed=seed, head="standard",
-           head_kind="span", length_buckets=list(BUCKETS), dev_history=_history(range(1, len(f1s) + 1), f1s),
-           epochs=float(len(f1s)), stopped_early=stop)
+           head_kind="span", length_buckets=list(BUCKETS), dev_history=history,
+           epochs=float(len(f1s)), stopped_early=stop, best_step=max(history, key=lambda h: h["f1"])["step"])
   # An old results.json: history from metrics.jsonl, steps per epoch from split_stats and batch_size.
   res = _run(root, "conll/head=crf,seed=0", dataset="conll2003", rope=True, seed=0, head="crf",
              split_stats={"train": {"windows": 95}})
@@ -255,6 +258,8 @@ def test_epochs_and_history_per_run(history_dir):
   r = rows["msra/use_rope=True,seed=1"]
   assert r["epochs"] == 2.0 and r["stopped_early"] is True and r["history_source"] == "results.json"
   assert [h["f1"] for h in r["history"]] == curves[(True, 1)]
+  assert r["best_at_end"] is True and rows["msra/use_rope=False,seed=0"]["best_at_end"] is False
+  assert rows["conll/head=crf,seed=0"]["best_at_end"] is None  # no best_step recorded
   old = rows["conll/head=crf,seed=0"]
   assert old["history_source"] == "metrics.jsonl"
   assert old["history"] == [{"step": 50, "epoch": 5.0, "f1": 0.4}, {"step": 100, "epoch": 10.0, "f1": 0.55}]
@@ -265,10 +270,10 @@ def test_epochs_and_history_per_run(history_dir):
   summary = report.summarize(list(rows.values()))
   text = report.markdown(list(rows.values()), summary)
   training = text.split("## Training length")[1]
-  assert "| msra | scratch | standard | True | 2 | 2.50 (2.00-3.00) | 1/2 | 2/2 (results.json) |" in training
-  assert "| msra | scratch | standard | False | 2 | 3.00 | 0/2 | 2/2 (results.json) |" in training
-  assert "| conll2003 | scratch | crf | n/a | 1 | 10.00 | 0/1 | 1/1 (metrics.jsonl) |" in training
-  assert "| conll2003 | scratch | softmax | n/a | 1 | - | ? | 0/1 |" in training
+  assert "| msra | scratch | standard | True | 2 | 2.50 (2.00-3.00) | 1/2 | 2/2 | 2/2 (results.json) |" in training
+  assert "| msra | scratch | standard | False | 2 | 3.00 | 0/2 | 1/2 | 2/2 (results.json) |" in training
+  assert "| conll2003 | scratch | crf | n/a | 1 | 10.00 | 0/1 | ? | 1/1 (metrics.jsonl) |" in training
+  assert "| conll2003 | scratch | softmax | n/a | 1 | - | ? | ? | 0/1 |" in training
   listed = training.split("No per-epoch history recorded")[1]
   assert "- conll/head=softmax,seed=0" in listed and "msra/" not in listed and "head=crf" not in listed
 

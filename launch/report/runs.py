@@ -113,6 +113,13 @@ def training_length(config: dict, results: dict | None, spe: float | None) -> tu
   return epochs, stopped
 
 
+def best_at_end(results: dict | None, history: list[dict]) -> bool | None:
+  """Whether the chosen checkpoint is the last one evaluated (the run may still be improving); None if unknown."""
+  best = (results or {}).get("best_step")
+  last = max((h["step"] for h in history), default=(results or {}).get("steps"))
+  return None if best is None or last is None else best >= last
+
+
 def dev_history(path, results: dict | None, spe: float | None) -> tuple[list[dict], str | None]:
   """([{step, epoch (None if unknown), f1}] by step, source): results.json's dev_history, else metrics.jsonl."""
   if results and results.get("dev_history"):
@@ -229,6 +236,7 @@ def collect(roots) -> list[dict]:
           "length_buckets": length_buckets_of(results),
           "epochs": epochs,
           "stopped_early": stopped,
+          "best_at_end": best_at_end(results, history),
           "history": history,
           "history_source": source,
           "config": resolved,

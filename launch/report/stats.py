@@ -80,7 +80,7 @@ def summarize(rows: list[dict]) -> list[dict]:
   """Finished runs grouped into cells: one cell per resolved config but the seed (runs.resolved_config), shown by
   `group_keys(rows)` plus, when runs shown alike differ in other keys, a "variant" naming those keys (non-default
   values). Each: {key fields, [variant], config, head_kind, n, runs, members, metrics: {column: (mean, std,
-  count)}, epochs: [per seed], stopped_early: [per seed, None = unknown]}."""
+  count)}, epochs: [per seed], stopped_early and best_at_end: [per seed, None = unknown]}."""
   keys = group_keys(rows)
   finished = [row for row in rows if row["status"] == sweep.FINISHED]
   vkeys = variant_keys(finished, keys)
@@ -100,7 +100,8 @@ def summarize(rows: list[dict]) -> list[dict]:
                 "config": members[0].get("config") or {}, "head_kind": members[0]["head_kind"], "n": len(members),
                 "runs": [m["run"] for m in members], "members": members, "metrics": metrics,
                 "epochs": [m["epochs"] for m in members if m["epochs"] is not None],
-                "stopped_early": [m["stopped_early"] for m in members]})
+                "stopped_early": [m["stopped_early"] for m in members],
+                "best_at_end": [m.get("best_at_end") for m in members]})
   return out
 
 

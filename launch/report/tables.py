@@ -91,7 +91,8 @@ def fmt_epochs(epochs: list[float], n: int) -> str:
 
 
 def fmt_stopped(stopped: list[bool | None]) -> str:
-  """Seeds stopped early out of those known, e.g. "1/3"; "?" when unknown."""
+  """Seeds for which a flag holds (stopped early, best at the end) out of those known, e.g. "1/3"; "?" when
+  unknown."""
   known = [s for s in stopped if s is not None]
   if not known:
     return "?"
@@ -100,17 +101,19 @@ def fmt_stopped(stopped: list[bool | None]) -> str:
 
 
 def training_table(summary: list[dict]) -> str:
-  """Per group: epochs trained, seeds stopped early, seeds with a per-epoch dev history."""
+  """Per group: epochs trained, seeds stopped early, seeds whose best checkpoint is their last evaluation (still
+  improving when training ended), seeds with a per-epoch dev history."""
   if not summary:
     return ""
   cols = _key_header(summary) + ["epochs trained (mean over seeds)", "stopped early (seeds)",
-                                 "dev F1 history (seeds)"]
+                                 "best checkpoint = last evaluated (seeds)", "dev F1 history (seeds)"]
   lines = [_row(cols), "|" + "---|" * len(cols)]
   for g in summary:
     sources = sorted({m["history_source"] for m in g["members"] if m["history_source"]})
     hist = sum(bool(m["history"]) for m in g["members"])
     hist_cell = f"{hist}/{g['n']}" + (f" ({', '.join(sources)})" if sources else "")
-    cells = _key_cells(g) + [fmt_epochs(g["epochs"], g["n"]), fmt_stopped(g["stopped_early"]), hist_cell]
+    cells = _key_cells(g) + [fmt_epochs(g["epochs"], g["n"]), fmt_stopped(g["stopped_early"]),
+                             fmt_stopped(g.get("best_at_end", [])), hist_cell]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
