@@ -208,8 +208,24 @@ def compile_seconds() -> float:
     return _compile["seconds"]
 
 
+_runs = {"count": 0, "start": 0.0, "compile_at_start": 0.0}
+
+
+def mark_run_start() -> None:
+  """A training run starts in this process (a sweep worker trains several, one after another)."""
+  with _compile_lock:
+    compiled = _compile["seconds"]
+  _runs.update(count=_runs["count"] + 1, start=time.time(), compile_at_start=compiled)
+
+
 def first_step_line() -> str:
-  return f"first step after {process_seconds():.1f} s (compile {compile_seconds():.1f} s)"
+  """`first step after N s (compile M s)`: N from process start; for a later run in the same process, from that
+  run's start, with the compile seconds since then."""
+  if _runs["count"] <= 1:
+    return f"first step after {process_seconds():.1f} s (compile {compile_seconds():.1f} s)"
+  return (f"first step after {time.time() - _runs['start']:.1f} s (compile "
+          f"{compile_seconds() - _runs['compile_at_start']:.1f} s; run {_runs['count']} of this process, timed "
+          f"from its start)")
 
 
 CACHE_ENV = "GP_JAX_COMPILATION_CACHE"

@@ -77,6 +77,7 @@ def setup_run(config, workdir) -> RunContext:
     log.info("Distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
              jax.process_count(), jax.local_device_count(), jax.device_count())
   runtime.start_compile_clock()
+  runtime.mark_run_start()
   cache = runtime.configure_compilation_cache(config.get("compilation_cache", "auto"))
   log.info("Compilation cache: %s", cache or "off")
   mesh = shd.make_mesh(config.mesh.data, config.mesh.fsdp)

@@ -37,6 +37,20 @@ def test_process_seconds_counts_from_process_start():
   assert 0 < age < uptime
 
 
+def test_a_later_run_in_one_process_is_timed_from_its_own_start(monkeypatch):
+  monkeypatch.setattr(runtime, "_runs", {"count": 0, "start": 0.0, "compile_at_start": 0.0})
+  monkeypatch.setattr(runtime, "process_seconds", lambda: 1000.0)
+  monkeypatch.setattr(runtime, "_compile", {**runtime._compile, "seconds": 40.0})
+  runtime.mark_run_start()
+  assert runtime.first_step_line() == "first step after 1000.0 s (compile 40.0 s)"
+  runtime.mark_run_start()
+  runtime._compile["seconds"] = 43.5
+  line = runtime.first_step_line()
+  m = re.fullmatch(r"first step after ([\d.]+) s \(compile 3\.5 s; run 2 of this process, timed from its start\)",
+                   line)
+  assert m and float(m.group(1)) < 60, line
+
+
 def test_host_init_is_the_same_on_any_mesh():
   """Parameters are drawn on the host and then placed with their shardings: one device and 8 devices (data x fsdp)
   hold the same values."""
