@@ -213,9 +213,7 @@ _runs = {"count": 0, "start": 0.0, "compile_at_start": 0.0}
 
 def mark_run_start() -> None:
   """A training run starts in this process (a sweep worker trains several, one after another)."""
-  with _compile_lock:
-    compiled = _compile["seconds"]
-  _runs.update(count=_runs["count"] + 1, start=time.time(), compile_at_start=compiled)
+  _runs.update(count=_runs["count"] + 1, start=time.time(), compile_at_start=compile_seconds())
 
 
 def first_step_line() -> str:

@@ -101,7 +101,7 @@ def summarize(rows: list[dict]) -> list[dict]:
                 "runs": [m["run"] for m in members], "members": members, "metrics": metrics,
                 "epochs": [m["epochs"] for m in members if m["epochs"] is not None],
                 "stopped_early": [m["stopped_early"] for m in members],
-                "best_at_end": [m.get("best_at_end") for m in members]})
+                "best_at_end": [m["best_at_end"] for m in members]})
   return out
 
 

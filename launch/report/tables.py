@@ -90,14 +90,14 @@ def fmt_epochs(epochs: list[float], n: int) -> str:
   return cell if len(epochs) == n else f"{cell} (n={len(epochs)})"
 
 
-def fmt_stopped(stopped: list[bool | None]) -> str:
+def fmt_seed_flags(flags: list[bool | None]) -> str:
   """Seeds for which a flag holds (stopped early, best at the end) out of those known, e.g. "1/3"; "?" when
   unknown."""
-  known = [s for s in stopped if s is not None]
+  known = [f for f in flags if f is not None]
   if not known:
     return "?"
   cell = f"{sum(known)}/{len(known)}"
-  return cell if len(known) == len(stopped) else f"{cell} ({len(stopped) - len(known)} unknown)"
+  return cell if len(known) == len(flags) else f"{cell} ({len(flags) - len(known)} unknown)"
 
 
 def training_table(summary: list[dict]) -> str:
@@ -112,8 +112,8 @@ def training_table(summary: list[dict]) -> str:
     sources = sorted({m["history_source"] for m in g["members"] if m["history_source"]})
     hist = sum(bool(m["history"]) for m in g["members"])
     hist_cell = f"{hist}/{g['n']}" + (f" ({', '.join(sources)})" if sources else "")
-    cells = _key_cells(g) + [fmt_epochs(g["epochs"], g["n"]), fmt_stopped(g["stopped_early"]),
-                             fmt_stopped(g.get("best_at_end", [])), hist_cell]
+    cells = _key_cells(g) + [fmt_epochs(g["epochs"], g["n"]), fmt_seed_flags(g["stopped_early"]),
+                             fmt_seed_flags(g["best_at_end"]), hist_cell]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
