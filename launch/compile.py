@@ -1,4 +1,4 @@
-"""Compile every point of a sweep for its TPU slice on this CPU machine (libtpu), before the slice is paid for.
+"""Compile every point of a sweep for its TPU slice or GPU host on this CPU machine, before the hardware is paid for.
 
   python -m launch.compile --config=CONFIG[:ARG] --accelerator_type=TYPE [--mesh=data:N,fsdp:M]
       [--points=all|I,J] [--buckets=largest|all] [--steps=train,eval] [--json=FILE] [--scratch_vocab=N]
@@ -36,6 +36,14 @@ count as far as their `pl.CostEstimate` says); the compute floor is that over th
 Mosaic custom calls per step (splash attention, the Pallas ZLPR loss), counted per call site
 (`benchmarks.lowering.kernel_calls`). What compiling proves and what it does not: docs/tpu.md section 11.
 
+GPUs: TYPE h100-N or h200-N (N GPUs, 8 per host: h100-8 is one host, h100-16 two) compiles with XLA:GPU for
+that card (its target config in launch/gpu_specs/), no GPU present. It needs jax's CUDA plugin for this jaxlib beside
+the project, not inside its environment (`--install_gpu_compiler` puts it in the user's cache folder: ~130 MB).
+Memory per GPU is checked against what JAX's allocator takes of the card (XLA_PYTHON_CLIENT_MEM_FRACTION, 0.75 by
+default). No GFLOP or compute floor: XLA:GPU gives no cost analysis without a GPU. Attention that would take cuDNN
+is compiled as the XLA attention (cuDNN cannot be traced without cuDNN): its memory is an upper bound. What this
+proves and what not: docs/benchmarks.md, "Compiling for a GPU here".
+
 Exit status 0 when every line fits; 2 when one does not, the reason named (HBM, VMEM with the kernel and its block
 size, a Mosaic lowering error, or a config the trainer refuses on that slice); 1 on an unexpected error (its
 traceback on stderr).
@@ -59,6 +67,12 @@ import traceback
 from launch import sweep
 
 INSTALL_HINT = "pip install -e '.[aot]' (libtpu for this jax) compiles every point for its slice first"
+GPU_INSTALL_HINT = "python -m launch.compile --install_gpu_compiler (jax's CUDA plugin for this jaxlib, ~130 MB)"
+GPU_PLUGIN = "jax_plugins.xla_cuda13"
+GPU_PLUGIN_WHEELS = ("jax-cuda13-plugin", "jax-cuda13-pjrt")
+GPU_SPECS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_specs")
+GPUS_PER_HOST = 8
+DEFAULT_GPU_MEM_FRACTION = 0.75  # JAX's allocator pool without XLA_PYTHON_CLIENT_MEM_FRACTION
 EXIT_FITS, EXIT_ERROR, EXIT_DOES_NOT_FIT = 0, 1, 2
 GIB = 1 << 30
 TOTAL_STEPS = 10_000  # the schedule's length only sets constants in the step
@@ -76,14 +90,16 @@ NOT_IN_PROGRAM = ("seed", "num_epochs", "num_train_steps", "log_every_steps", "e
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-  """One TPU generation as libtpu names it, and what a chip has."""
+  """One TPU generation as libtpu names it, or one GPU card, and what a chip has."""
 
-  topology: str  # topology-name prefix libtpu takes: "v5e:2x4"
+  topology: str  # topology-name prefix libtpu takes: "v5e:2x4"; a GPU's name
   chip_config: str  # megacore: one device over a chip's two TensorCores; default: one core per chip
   cores_per_chip: int  # what the number in the accelerator type counts: TensorCores (v4, v5p) or chips
   hbm_gib: float  # HBM per chip
   bf16_tflops: float  # peak bf16 matmul throughput per chip
   grids: dict  # chips -> topology bounds
+  platform: str = "tpu"
+  target_config: str = ""  # GPU: the XLA:GPU target config file in GPU_SPECS
 
 
 GRIDS_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 192: "4x4x12",
@@ -97,6 +113,11 @@ FAMILIES = {
     "v6e": Family("v6e", "default", 1, 32, 918, GRIDS_2D),
 }
 HOST_CHIPS = 4  # chips per host of a multi-host slice; single-host v5e/v6e slices hold up to 8
+# NVIDIA's datasheets (dense bf16 tensor-core peak, SXM); memory as nvidia-smi reports it (MiB / 1024).
+GPU_FAMILIES = {
+    "h100": Family("NVIDIA H100 80GB", "", 1, 81559 / 1024, 989, {}, "cuda", "h100.txtpb"),
+    "h200": Family("NVIDIA H200 141GB", "", 1, 143771 / 1024, 989, {}, "cuda", "h200.txtpb"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,14 +133,59 @@ class Slice:
     return self.chips // math.prod(self.chips_per_host)
 
   @property
+  def platform(self) -> str:
+    return self.family.platform
+
+  @property
   def hbm_bytes(self) -> int:
-    return int(self.family.hbm_gib * GIB)
+    """What a step may use per chip: the HBM, or on a GPU the part JAX's allocator takes."""
+    fraction = gpu_memory_fraction() if self.platform == "cuda" else 1.0
+    return int(self.family.hbm_gib * GIB * fraction)
 
   def describe(self) -> str:
     f = self.family
+    if self.platform == "cuda":
+      gpus, hosts = f"{self.chips} GPU" + "s" * (self.chips > 1), f"{self.hosts} host" + "s" * (self.hosts > 1)
+      return (f"{self.accelerator_type}: {gpus} {f.topology} on {hosts} (XLA:GPU topology {self.topology}), "
+              f"{self.hbm_bytes / GIB:.1f} of {f.hbm_gib:.1f} GiB per GPU for JAX ({gpu_memory_fraction():g}: "
+              f"XLA_PYTHON_CLIENT_MEM_FRACTION) and {f.bf16_tflops:g} bf16 TFLOP/s per GPU")
     chips, hosts = f"{self.chips} chip" + "s" * (self.chips > 1), f"{self.hosts} host" + "s" * (self.hosts > 1)
     return (f"{self.accelerator_type}: topology {self.topology} ({f.chip_config}), {chips} on {hosts}, "
             f"{f.hbm_gib:g} GiB HBM and {f.bf16_tflops:g} bf16 TFLOP/s per chip")
+
+
+def gpu_memory_fraction() -> float:
+  """The fraction of a GPU's memory JAX's allocator takes (XLA_PYTHON_CLIENT_MEM_FRACTION, else 0.75)."""
+  value = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "").strip()
+  try:
+    fraction = float(value) if value else DEFAULT_GPU_MEM_FRACTION
+  except ValueError:
+    raise ValueError(f"XLA_PYTHON_CLIENT_MEM_FRACTION must be a number in (0, 1], got {value!r}") from None
+  if not 0 < fraction <= 1:
+    raise ValueError(f"XLA_PYTHON_CLIENT_MEM_FRACTION must be in (0, 1], got {value!r}")
+  return fraction
+
+
+def gpu_slice(accelerator_type: str) -> Slice:
+  """N GPUs of one card ("h100-8"): hosts of GPUS_PER_HOST; ValueError naming the known ones."""
+  name, _, count = accelerator_type.rpartition("-")
+  family = GPU_FAMILIES.get(name)
+  n = int(count) if count.isdigit() else 0
+  if family is None or n < 1 or (n > GPUS_PER_HOST and n % GPUS_PER_HOST):
+    raise ValueError(f"unknown GPU type {accelerator_type!r}; known: {', '.join(GPU_FAMILIES)} with a GPU count of "
+                     f"1 to {GPUS_PER_HOST} or a multiple of {GPUS_PER_HOST} (e.g. h100-1, h100-8, h200-16)")
+  per_host = min(n, GPUS_PER_HOST)
+  return Slice(accelerator_type, family, n, f"1x{n // per_host}x{per_host}", (1, 1, per_host))
+
+
+def accelerator_slice(accelerator_type: str) -> Slice:
+  """A TPU slice (`tpu_slice`) or GPU hosts (`gpu_slice`) by name."""
+  if accelerator_type.rpartition("-")[0] in GPU_FAMILIES:
+    return gpu_slice(accelerator_type)
+  try:
+    return tpu_slice(accelerator_type)
+  except ValueError as e:
+    raise ValueError(f"{e}; GPUs: {', '.join(f'{g}-N' for g in GPU_FAMILIES)}") from None
 
 
 def tpu_slice(accelerator_type: str) -> Slice:
@@ -151,6 +217,41 @@ def libtpu_missing() -> str | None:
   return None
 
 
+def gpu_compiler_dir() -> str:
+  """Where `--install_gpu_compiler` puts jax's CUDA plugin: one folder per jaxlib version and Python, under
+  GP_JAX_GPU_COMPILER or $XDG_CACHE_HOME/gp_jax/xla_gpu (~/.cache by default). Kept out of the environment: installed
+  there, the plugin would start (and fail to find a GPU) in every JAX process."""
+  from importlib import metadata  # pylint: disable=g-import-not-at-top
+
+  base = os.environ.get("GP_JAX_GPU_COMPILER") or os.path.join(
+      os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gp_jax", "xla_gpu")
+  return os.path.join(base, f"jaxlib-{metadata.version('jaxlib')}-py{sys.version_info[0]}{sys.version_info[1]}")
+
+
+def gpu_compiler_missing() -> str | None:
+  """None when jax's CUDA plugin for this jaxlib is in `gpu_compiler_dir()`, else one line saying how to get it."""
+  if not os.path.isdir(os.path.join(gpu_compiler_dir(), *GPU_PLUGIN.split("."))):
+    return f"XLA:GPU is not installed in {gpu_compiler_dir()}: {GPU_INSTALL_HINT}"
+  return None
+
+
+def install_gpu_compiler() -> int:
+  """pip-installs jax's CUDA plugin wheels for this jaxlib, without their CUDA libraries, into `gpu_compiler_dir()`."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  from importlib import metadata  # pylint: disable=g-import-not-at-top
+
+  target, version = gpu_compiler_dir(), metadata.version("jaxlib")
+  if gpu_compiler_missing() is None:
+    print(f"XLA:GPU for jaxlib {version} is already in {target}", flush=True)
+    return 0
+  cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
+         "--target", target, *(f"{w}=={version}" for w in GPU_PLUGIN_WHEELS)]
+  print(" ".join(cmd), flush=True)
+  rc = subprocess.run(cmd, check=False).returncode
+  print(f"XLA:GPU for jaxlib {version} in {target}" if rc == 0 else f"pip failed (exit {rc})", flush=True)
+  return rc
+
+
 def use_cpu() -> None:
   """JAX computes on this machine's CPU; libtpu only compiles. Before jax is imported."""
   os.environ["JAX_PLATFORMS"] = "cpu"
@@ -172,10 +273,34 @@ def _libtpu_env(accelerator_type: str):
         os.environ.pop(k, None)
 
 
+def _gpu_plugin() -> None:
+  """jax's CUDA plugin from `gpu_compiler_dir()`, registered without its CUDA version checks (there are no CUDA
+  libraries here; JAX still computes on the CPU). Before jax starts its backends."""
+  import importlib  # pylint: disable=g-import-not-at-top
+
+  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+
+  path = gpu_compiler_dir()
+  if path not in sys.path:
+    sys.path.append(path)
+  os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+  xla_bridge._discover_and_register_pjrt_plugins()  # pylint: disable=protected-access
+  if "cuda" not in xla_bridge._topology_factories:  # pylint: disable=protected-access
+    importlib.import_module(GPU_PLUGIN).initialize()  # plugins were discovered before the path was added
+
+
 def topology_devices(s: Slice) -> list:
   """Compile-only devices of the slice."""
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
 
+  if s.platform == "cuda":
+    missing = gpu_compiler_missing()
+    if missing:
+      raise RuntimeError(missing)
+    _gpu_plugin()
+    with open(os.path.join(GPU_SPECS, s.family.target_config)) as f:
+      spec = f.read()
+    return list(topologies.get_topology_desc("", "cuda", topology=s.topology, target_config=spec).devices)
   with _libtpu_env(s.accelerator_type):
     desc = topologies.get_topology_desc(s.topology, "tpu", chip_config_name=s.family.chip_config,
                                         chips_per_host_bounds=s.chips_per_host, num_slices=1)
@@ -303,6 +428,7 @@ class Row:
   reason: str = ""
   same_as: str = ""  # the point whose compile this one's program shares
   memory: dict = dataclasses.field(default_factory=dict)
+  kernel_kind: str = "TPU"  # what `kernels` counts: TPU (Mosaic) or cuDNN custom calls
 
   def line(self) -> str:
     head = f"{self.point} {self.step} L{self.length} B{self.batch}: "
@@ -312,8 +438,12 @@ class Row:
     if self.hbm_bytes is None:
       return head + f"does not fit: {self.reason}" + tail
     how = f"same program as {self.same_as}" if self.same_as else f"compiled in {self.seconds:.0f} s"
-    figures = (f"HBM per chip {self.hbm_bytes / GIB:.2f} / {self.hbm_limit_bytes / GIB:g} GiB; "
-               f"{self.gflop:.1f} GFLOP per chip; {self.kernels} TPU kernels; compute floor {self.floor_ms:.2f} ms")
+    if self.kernel_kind == "TPU":
+      figures = (f"HBM per chip {self.hbm_bytes / GIB:.2f} / {self.hbm_limit_bytes / GIB:g} GiB; "
+                 f"{self.gflop:.1f} GFLOP per chip; {self.kernels} TPU kernels; compute floor {self.floor_ms:.2f} ms")
+    else:
+      figures = (f"memory per GPU {self.hbm_bytes / GIB:.2f} / {self.hbm_limit_bytes / GIB:.1f} GiB; "
+                 f"{self.kernels} {self.kernel_kind} kernels")
     if self.status == "does not fit":
       return head + f"does not fit: {self.reason} ({how}); {figures}" + tail
     return head + f"{how}; {figures}" + tail
@@ -379,8 +509,10 @@ class Compiler:
   """Builds and compiles the points of one slice; remembers programs it has compiled."""
 
   def __init__(self, s: Slice, *, mesh_sizes: dict | None = None, buckets: str = "largest",
-               steps=STEPS, scratch_vocab: int = SCRATCH_VOCAB, num_types: int = NUM_TYPES, out=print):
+               steps=STEPS, scratch_vocab: int = SCRATCH_VOCAB, num_types: int = NUM_TYPES, out=print,
+               hlo_dir: str = ""):
     self.slice = s
+    self.hlo_dir = hlo_dir
     self.steps = tuple(steps)
     self.devices = topology_devices(s)
     self.generation = pallas_generation(self.devices)
@@ -479,10 +611,11 @@ class Compiler:
       if config[name] % mesh.size or config[name] % self.slice.hosts:
         raise UserError(f"{name}={config[name]} must be divisible by the {mesh.size} data-parallel devices (mesh "
                         f"{dict(mesh.shape)}) and by the {self.slice.hosts} hosts of {self.slice.accelerator_type}")
-    dropout = factory.precision(config, "tpu").attention_dropout
+    platform = self.slice.platform
+    dropout = factory.precision(config, platform).attention_dropout
     problem = lowering.Problem(config, tokenizer, types, mesh, {}, hf, dropout)
-    with lowering.dropout_bits_for("tpu"):
-      setup = lowering.target_setup(problem, "tpu")
+    with lowering.dropout_bits_for(platform):
+      setup = lowering.target_setup(problem, platform)
     return problem, setup, features
 
   def _step_inputs(self, built, *, step: str, batch: int, length: int):
@@ -493,10 +626,11 @@ class Compiler:
     config, mesh = problem.config, problem.mesh
     rows = abstract_rows(config, problem.tokenizer, features, len(problem.types), batch=batch, length=length)
     problem = dataclasses.replace(problem, batch=rows)
-    policy = factory.precision(config, "tpu")
+    platform = self.slice.platform
+    policy = factory.precision(config, platform)
     labels = (f"data:{mesh.shape['data']} x fsdp:{mesh.shape['fsdp']}, {policy.dtype}, attention "
-              f"{attention_choice(problem, policy, train=step == 'train')}, loss "
-              f"{factory.loss_implementation(config, 'tpu')}")
+              f"{attention_choice(problem, policy, train=step == 'train', platform=platform)}, loss "
+              f"{factory.loss_implementation(config, platform)}")
     return problem, setup, labels
 
   def _compile(self, point: Point, step: str, problem, setup, labels: str) -> None:
@@ -506,8 +640,16 @@ class Compiler:
     from gp_jax.ops import pallas_zlpr  # pylint: disable=g-import-not-at-top
 
     B, L = problem.batch["attention_mask"].shape
-    with lowering.dropout_bits_for("tpu"), pallas_zlpr.tpu_target(self.generation):
-      lowered = lower_step(step, setup, problem)
+    with lowering.dropout_bits_for(self.slice.platform), pallas_zlpr.tpu_target(self.generation):
+      try:
+        lowered = lower_step(step, setup, problem)
+      except RuntimeError as e:
+        if lowering.CUDNN_MISSING not in str(e):
+          raise
+        setup = lowering.target_setup(problem, self.slice.platform, attention="xla")
+        lowered = lower_step(step, setup, problem)
+        labels = re.sub(r"attention cudnn\b", "attention xla (in place of cudnn: cuDNN cannot be traced here)",
+                        labels)
     text = lowered.as_text()
     digest = hashlib.sha256(text.encode()).hexdigest()
     if digest in self._compiled:
@@ -528,21 +670,31 @@ class Compiler:
       self._emit(row)
       return
     seconds = time.perf_counter() - t0
+    if self.hlo_dir:
+      self._write_hlo(point, step, L, compiled.as_text())
     memory = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     del compiled, lowered
     jax.clear_caches()  # a BERT-base program holds GBs of host memory; none is run
-    gflop = float((cost or {}).get("flops", 0.0)) / 1e9
-    used = hbm_bytes(memory)
-    row = Row(point.name, step, L, B, "compiled", labels, seconds=seconds, hbm_bytes=used,
-              hbm_limit_bytes=self.slice.hbm_bytes, gflop=gflop, kernels=kernels,
-              floor_ms=gflop / self.slice.family.bf16_tflops,
-              memory={k: int(getattr(memory, k)) for k in dir(memory) if k.endswith("_in_bytes")})
-    if used > self.slice.hbm_bytes:
-      row.status, row.reason = "does not fit", f"HBM: needs {used / GIB:.2f} of {self.slice.family.hbm_gib:g} GiB"
+    gflop = None if cost is None and self.slice.platform == "cuda" else float((cost or {}).get("flops", 0.0)) / 1e9
+    used, limit = hbm_bytes(memory), self.slice.hbm_bytes
+    row = Row(point.name, step, L, B, "compiled", labels, seconds=seconds, hbm_bytes=used, hbm_limit_bytes=limit,
+              gflop=gflop, kernels=kernels, floor_ms=None if gflop is None else gflop / self.slice.family.bf16_tflops,
+              memory={k: int(getattr(memory, k)) for k in dir(memory) if k.endswith("_in_bytes")},
+              kernel_kind="cuDNN" if self.slice.platform == "cuda" else "TPU")
+    if used > limit:
+      row.status, row.reason = "does not fit", f"HBM: needs {used / GIB:.2f} of {limit / GIB:.4g} GiB"
     self._compiled[digest] = (point.name, row)
     self._emit(row)
+
+
+  def _write_hlo(self, point: Point, step: str, length: int, text: str) -> None:
+    """The compiled program's optimised HLO as HLO_DIR/POINT.STEP.LLENGTH.hlo.txt (the point's name made a file name)."""
+    os.makedirs(self.hlo_dir, exist_ok=True)
+    name = re.sub(r"[^\w.=,-]+", "_", point.name)
+    with open(os.path.join(self.hlo_dir, f"{name}.{step}.L{length}.hlo.txt"), "w") as f:
+      f.write(text)
 
 
 def pallas_generation(devices) -> str | None:
@@ -553,9 +705,9 @@ def pallas_generation(devices) -> str | None:
   return pallas_zlpr.tpu_generation(devices[0].device_kind)
 
 
-def attention_choice(problem, policy, *, train: bool) -> str:
-  """The self-attention the step holds on TPU (`ops.attention.choose`): splash, or xla and why; none for a scratch
-  encoder without attention blocks."""
+def attention_choice(problem, policy, *, train: bool, platform: str = "tpu") -> str:
+  """The self-attention the step holds on `platform` (`ops.attention.choose`): splash or cudnn, or xla and why; none
+  for a scratch encoder without attention blocks."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
   from benchmarks import lowering  # pylint: disable=g-import-not-at-top
@@ -566,7 +718,7 @@ def attention_choice(problem, policy, *, train: bool) -> str:
   if config.model.encoder == "scratch" and not config.model.num_attn_layers:
     return "none"
   heads, width = lowering._attention_shape(problem)  # pylint: disable=protected-access
-  impl, why = attention_lib.choose(policy.attention, platform="tpu", dtype=jnp.dtype(factory.DTYPES[policy.dtype]),
+  impl, why = attention_lib.choose(policy.attention, platform=platform, dtype=jnp.dtype(factory.DTYPES[policy.dtype]),
                                    length=problem.batch["attention_mask"].shape[1], head_dim=width // heads,
                                    dropout=train and policy.attention_dropout > 0)
   return impl + (f" ({why})" if why else "")
@@ -595,7 +747,7 @@ def lower_step(step: str, setup, problem):
 # ----------------------------------------------------------------------------- CLI
 
 
-def versions() -> str:
+def versions(platform: str = "tpu") -> str:
   from importlib import metadata  # pylint: disable=g-import-not-at-top
 
   def v(name):
@@ -604,6 +756,8 @@ def versions() -> str:
     except metadata.PackageNotFoundError:
       return "not installed"
 
+  if platform == "cuda":
+    return f"jax {v('jax')}, XLA:GPU from jax-cuda13-plugin {v('jaxlib')}"
   return f"jax {v('jax')}, libtpu {v('libtpu')}"
 
 
@@ -616,29 +770,43 @@ def exit_status(rows: list[Row], unexpected: bool) -> int:
 def parse_args(argv):
   p = argparse.ArgumentParser(prog="python -m launch.compile", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--config", required=True, help="experiment file, optionally with ':arg'")
-  p.add_argument("--accelerator_type", required=True, help="v4-8, v5litepod-16, v5p-8, v6e-8, ...")
+  p.add_argument("--config", help="experiment file, optionally with ':arg' (required unless installing)")
+  p.add_argument("--accelerator_type", help="v4-8, v5litepod-16, v5p-8, v6e-8, ...; GPUs: h100-1, h100-8, h200-16, ...")
+  p.add_argument("--install_gpu_compiler", action="store_true",
+                 help="pip-install jax's CUDA plugin for this jaxlib into the user's cache folder (what --accelerator_"
+                      "type=h100-N / h200-N compiles with; no CUDA libraries, no GPU needed) and exit")
   p.add_argument("--mesh", default="", help="data:N,fsdp:M over the slice's chips (default: each point's config.mesh)")
   p.add_argument("--points", default="all", help="all, or comma-separated indices of the sweep's points")
   p.add_argument("--buckets", choices=("largest", "all"), default="largest",
                  help="largest: the longest length bucket only (the memory bound); all: every bucket")
   p.add_argument("--steps", default=",".join(STEPS), help="comma list of the steps to compile: train, eval")
   p.add_argument("--json", default="", help="also write the rows to this file")
+  p.add_argument("--hlo_dir", default="", help="also write each compiled program's optimised HLO text here "
+                 "(benchmarks.hlo_traffic reads it)")
   p.add_argument("--scratch_vocab", type=int, default=SCRATCH_VOCAB, help="scratch encoder: chars in the vocabulary")
   p.add_argument("--num_types", type=int, default=NUM_TYPES, help="entity types of user data files (corpora know)")
   p.add_argument("extra", nargs="*", help="flags for every point, after '--' (e.g. -- --config.batch_size=64)")
-  return p.parse_args(argv)
+  args = p.parse_args(argv)
+  if not args.install_gpu_compiler and not (args.config and args.accelerator_type):
+    p.error("--config and --accelerator_type are required (or --install_gpu_compiler alone)")
+  return args
 
 
 def main(argv=None) -> int:
   args = parse_args(argv)
+  if args.install_gpu_compiler:
+    return EXIT_ERROR if install_gpu_compiler() else EXIT_FITS
   use_cpu()
-  missing = libtpu_missing()
+  try:
+    s = accelerator_slice(args.accelerator_type)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return EXIT_ERROR
+  missing = gpu_compiler_missing() if s.platform == "cuda" else libtpu_missing()
   if missing:
     print(missing, file=sys.stderr)
     return EXIT_ERROR
   try:
-    s = tpu_slice(args.accelerator_type)
     mesh_sizes = None
     if args.mesh:
       from benchmarks import lowering  # pylint: disable=g-import-not-at-top
@@ -651,9 +819,9 @@ def main(argv=None) -> int:
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return EXIT_ERROR
-  print(f"{s.describe()}; {len(points)} point{'s' * (len(points) != 1)} of {args.config}; {versions()}", flush=True)
+  print(f"{s.describe()}; {len(points)} point{'s' * (len(points) != 1)} of {args.config}; {versions(s.platform)}", flush=True)
   compiler = Compiler(s, mesh_sizes=mesh_sizes, buckets=args.buckets, steps=steps, scratch_vocab=args.scratch_vocab,
-                      num_types=args.num_types, out=lambda line: print(line, flush=True))
+                      num_types=args.num_types, out=lambda line: print(line, flush=True), hlo_dir=args.hlo_dir)
   rows = compiler.run(points)
   if args.json:
     with open(args.json, "w") as f:
