@@ -69,6 +69,7 @@ from launch import sweep
 INSTALL_HINT = "pip install -e '.[aot]' (libtpu for this jax) compiles every point for its slice first"
 GPU_INSTALL_HINT = "python -m launch.compile --install_gpu_compiler (jax's CUDA plugin for this jaxlib, ~130 MB)"
 GPU_PLUGIN = "jax_plugins.xla_cuda13"
+ENV_GPU_PLUGINS = (GPU_PLUGIN, "jax_plugins.xla_cuda12")  # either, installed in the environment, is used as it is
 GPU_PLUGIN_WHEELS = ("jax-cuda13-plugin", "jax-cuda13-pjrt")
 GPU_SPECS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_specs")
 GPUS_PER_HOST = 8
@@ -228,8 +229,18 @@ def gpu_compiler_dir() -> str:
   return os.path.join(base, f"jaxlib-{metadata.version('jaxlib')}-py{sys.version_info[0]}{sys.version_info[1]}")
 
 
+def _importable(module: str) -> bool:
+  try:
+    return importlib.util.find_spec(module) is not None
+  except ModuleNotFoundError:  # its parent package is absent
+    return False
+
+
 def gpu_compiler_missing() -> str | None:
-  """None when jax's CUDA plugin for this jaxlib is in `gpu_compiler_dir()`, else one line saying how to get it."""
+  """None when jax's CUDA plugin is in this environment (a GPU machine's jax[cuda]) or in `gpu_compiler_dir()`,
+  else one line saying how to get it."""
+  if any(_importable(p) for p in ENV_GPU_PLUGINS):
+    return None
   if not os.path.isdir(os.path.join(gpu_compiler_dir(), *GPU_PLUGIN.split("."))):
     return f"XLA:GPU is not installed in {gpu_compiler_dir()}: {GPU_INSTALL_HINT}"
   return None
@@ -274,8 +285,8 @@ def _libtpu_env(accelerator_type: str):
 
 
 def _gpu_plugin() -> None:
-  """jax's CUDA plugin from `gpu_compiler_dir()`, registered without its CUDA version checks (there are no CUDA
-  libraries here; JAX still computes on the CPU). Before jax starts its backends."""
+  """jax's CUDA plugin registered (the environment's, else the one in `gpu_compiler_dir()`), without its CUDA
+  version checks: there are no CUDA libraries here, and JAX still computes on the CPU (JAX_PLATFORMS=cpu)."""
   import importlib  # pylint: disable=g-import-not-at-top
 
   from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top

@@ -40,6 +40,7 @@ def test_gpu_types_map_to_hosts_of_eight(monkeypatch):
 
 def test_the_gpu_compiler_lives_outside_the_environment(monkeypatch, tmp_path):
   monkeypatch.setenv("GP_JAX_GPU_COMPILER", str(tmp_path))
+  monkeypatch.setattr(compile_lib, "ENV_GPU_PLUGINS", ())  # another test of this process may have put one on sys.path
   assert compile_lib.gpu_compiler_dir().startswith(str(tmp_path / "jaxlib-"))
   assert "--install_gpu_compiler" in compile_lib.gpu_compiler_missing()
   out = subprocess.run([sys.executable, "-m", "launch.compile", f"--config={SYNTHETIC}", "--accelerator_type=h100-1"],
