@@ -1,8 +1,9 @@
 """Compile every point of a sweep for its TPU slice or GPU host on this CPU machine, before the hardware is paid for.
 
   python -m launch.compile --config=CONFIG[:ARG] --accelerator_type=TYPE [--mesh=data:N,fsdp:M]
-      [--points=all|I,J] [--buckets=largest|all] [--steps=train,eval] [--json=FILE] [--scratch_vocab=N]
-      [--num_types=N] [-- --config.key=value ...]
+      [--points=all|I,J] [--buckets=largest|all] [--steps=train,eval] [--json=FILE] [--hlo_dir=DIR]
+      [--scratch_vocab=N] [--num_types=N] [-- --config.key=value ...]
+  python -m launch.compile --install_gpu_compiler     # once, for TYPE h100-N / h200-N
 
 Needs libtpu beside jax (`pip install -e '.[aot]'`): XLA:TPU and Mosaic then compile for a named TPU topology with
 no TPU present (`jax.experimental.topologies.get_topology_desc`). JAX itself runs on this machine's CPU
@@ -810,6 +811,7 @@ def main(argv=None) -> int:
   use_cpu()
   try:
     s = accelerator_slice(args.accelerator_type)
+    s.hbm_bytes  # pylint: disable=pointless-statement  # XLA_PYTHON_CLIENT_MEM_FRACTION is read (and checked) here
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return EXIT_ERROR
