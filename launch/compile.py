@@ -42,8 +42,10 @@ that card (its target config in launch/gpu_specs/), no GPU present. It needs jax
 the project, not inside its environment (`--install_gpu_compiler` puts it in the user's cache folder: ~130 MB).
 Memory per GPU is checked against what JAX's allocator takes of the card (XLA_PYTHON_CLIENT_MEM_FRACTION, 0.75 by
 default). No GFLOP or compute floor: XLA:GPU gives no cost analysis without a GPU. Attention that would take cuDNN
-is compiled as the XLA attention (cuDNN cannot be traced without cuDNN): its memory is an upper bound. What this
-proves and what not: docs/benchmarks.md, "Compiling for a GPU here".
+is compiled as the XLA attention (cuDNN cannot be traced without cuDNN): its memory is an upper bound. A program
+for which XLA:GPU, not autotuning, finds no Triton GEMM tiling (an L that is not a multiple of 16) is compiled again
+with Triton GEMM fusions off, and its line says so. What this proves and what not: docs/benchmarks.md, "Compiling
+for a GPU here".
 
 Exit status 0 when every line fits; 2 when one does not, the reason named (HBM, VMEM with the kernel and its block
 size, a Mosaic lowering error, or a config the trainer refuses on that slice); 1 on an unexpected error (its
@@ -75,6 +77,7 @@ GPU_PLUGIN_WHEELS = ("jax-cuda13-plugin", "jax-cuda13-pjrt")
 GPU_SPECS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_specs")
 GPUS_PER_HOST = 8
 DEFAULT_GPU_MEM_FRACTION = 0.75  # JAX's allocator pool without XLA_PYTHON_CLIENT_MEM_FRACTION
+TRITON_TILING = "Couldn't find output tile sizes"  # XLA:GPU, no autotuning: a GEMM fusion no Triton tiling fits
 EXIT_FITS, EXIT_ERROR, EXIT_DOES_NOT_FIT = 0, 1, 2
 GIB = 1 << 30
 TOTAL_STEPS = 10_000  # the schedule's length only sets constants in the step
@@ -671,7 +674,14 @@ class Compiler:
     kernels = sum(lowering.kernel_calls(text).values())
     t0 = time.perf_counter()
     try:
-      compiled = lowered.compile()
+      try:
+        compiled = lowered.compile()
+      except Exception as e:  # pylint: disable=broad-except
+        if self.slice.platform != "cuda" or TRITON_TILING not in str(e):
+          raise
+        compiled = lowered.compile(compiler_options={"xla_gpu_enable_triton_gemm": False})
+        labels += (f"; Triton GEMM fusions off: without a GPU to autotune, XLA:GPU found no Triton tiling for a GEMM "
+                   f"at L{L}" + (" (L a multiple of 16 compiles with them)" if L % 16 else ""))
     except Exception as e:  # pylint: disable=broad-except
       reason = failure(e, point.config, length=L, generation=self.generation)
       if reason is None:

@@ -107,3 +107,19 @@ def test_bf16_embedding_gradient_has_no_bf16_scatter_on_xla_gpu():
 
   assert scatters(lambda m, ids: m(ids)) == ["bf16"]  # the test fails on the old lookup
   assert scatters(layers.embed) == ["f32"]
+
+
+@needs_gpu_compiler
+def test_a_gemm_without_a_triton_tiling_is_compiled_with_cublas_and_says_so():
+  """Efficient GlobalPointer at L 75: without autotuning XLA:GPU finds no Triton tiling for the transposed GEMM of
+  its backward pass; the step is compiled again with Triton GEMM fusions off. L 80 needs no retry."""
+  def row(length):
+    extra = ["--config.model.head=efficient", f"--config.data.max_len={length}", f"--config.data.buckets=({length},)"]
+    compiler = compile_lib.Compiler(compile_lib.accelerator_slice("h100-1"), steps=("train",), out=lambda line: None)
+    row, = compiler.run(compile_lib.sweep_points(SYNTHETIC, extra=extra, points="0"))
+    assert not compiler.unexpected and row.status == "compiled", row.line()
+    return row
+
+  assert row(75).labels.endswith("; Triton GEMM fusions off: without a GPU to autotune, XLA:GPU found no Triton "
+                                 "tiling for a GEMM at L75 (L a multiple of 16 compiles with them)")
+  assert "Triton" not in row(80).labels
