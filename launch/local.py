@@ -17,6 +17,9 @@ CPU devices each through XLA_FLAGS) share the points through leases in WORKDIR/_
 single-host slices): each claims the next free point, trains it in-process and claims again; a killed worker's
 point is taken over by another once its lease is stale (GP_JAX_LEASE_HEARTBEAT_S x GP_JAX_LEASE_STALE_BEATS).
 Worker logs: WORKDIR/_launch/logs/local-w<i>.log. Exit status 0 when every point finished, else 1.
+On a GPU machine, --gpus_per_worker=K gives worker i its own K GPUs (CUDA_VISIBLE_DEVICES: the i-th K of those
+visible, CUDA_VISIBLE_DEVICES or the driver's list), so that N workers neither share a GPU nor each take 75% of every
+GPU's memory (JAX's allocator): 8 GPUs, --workers=8 --gpus_per_worker=1 trains eight points at once.
 """
 
 from __future__ import annotations
@@ -61,10 +64,18 @@ def main(argv=None):
                       "one point after another")
   parser.add_argument("--devices_per_worker", type=int, default=0, help="with --workers: fake CPU devices per "
                       "worker (XLA_FLAGS=--xla_force_host_platform_device_count=K; 0 = leave XLA_FLAGS alone)")
+  parser.add_argument("--gpus_per_worker", type=int, default=0, help="with --workers: K GPUs of this machine per "
+                      "worker, each worker its own (CUDA_VISIBLE_DEVICES); workers x K must not exceed the visible GPUs")
   parser.add_argument("extra", nargs="*", help="flags passed to every run, after '--' (e.g. -- --config.seed=1)")
   args = parser.parse_args(argv)
+  if args.gpus_per_worker and (not args.workers or args.devices_per_worker):
+    parser.error("--gpus_per_worker goes with --workers=N and without --devices_per_worker")
   if args.workers:
-    return run_workers(args)
+    try:
+      gpu_sets = worker_gpus(args.workers, args.gpus_per_worker) if args.gpus_per_worker else None
+    except ValueError as e:
+      parser.error(str(e))
+    return run_workers(args, gpu_sets)
   runs = sweep.expand(args.config, args.workdir, extra=args.extra)
   if args.only:
     import re  # pylint: disable=g-import-not-at-top
@@ -135,7 +146,29 @@ def worker_env(devices: int) -> dict:
   return env
 
 
-def run_workers(args) -> int:
+def visible_gpus() -> list[str]:
+  """The GPUs a process started here would see: CUDA_VISIBLE_DEVICES's entries when set, else one index per GPU the
+  NVIDIA driver lists (/proc/driver/nvidia/gpus), else none."""
+  env = os.environ.get("CUDA_VISIBLE_DEVICES")
+  if env is not None:
+    return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
+  try:
+    return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
+  except OSError:
+    return []
+
+
+def worker_gpus(workers: int, per_worker: int) -> list[str]:
+  """CUDA_VISIBLE_DEVICES of each worker: consecutive groups of `per_worker` visible GPUs."""
+  gpus = visible_gpus()
+  if per_worker < 1 or workers * per_worker > len(gpus):
+    raise ValueError(f"--workers={workers} x --gpus_per_worker={per_worker} needs {workers * per_worker} GPUs; "
+                     f"{len(gpus)} visible" + (f" ({','.join(gpus)})" if gpus else " (no NVIDIA driver or "
+                                               "CUDA_VISIBLE_DEVICES)"))
+  return [",".join(gpus[i * per_worker:(i + 1) * per_worker]) for i in range(workers)]
+
+
+def run_workers(args, gpu_sets: list[str] | None = None) -> int:
   import tempfile  # pylint: disable=g-import-not-at-top
 
   runs = sweep.expand(args.config, args.workdir, extra=args.extra)
@@ -144,10 +177,12 @@ def run_workers(args) -> int:
   os.makedirs(log_dir, exist_ok=True)
   commands = [worker_argv(args, i) for i in range(args.workers)]
   env = worker_env(args.devices_per_worker)
+  envs = [dict(env, CUDA_VISIBLE_DEVICES=gpu_sets[i]) if gpu_sets else env for i in range(args.workers)]
   before = {r.name: sweep.run_status(r.workdir)[0] for r in runs}
   print(f"{len(runs)} points, {args.workers} workers; logs in {sweep.join(args.workdir, '_launch/logs')}", flush=True)
   for i, cmd in enumerate(commands):
     prefix = f"XLA_FLAGS={env['XLA_FLAGS']!r} " if args.devices_per_worker else ""
+    prefix += f"CUDA_VISIBLE_DEVICES={gpu_sets[i]} " if gpu_sets else ""
     print(f"  worker {i}: {prefix}{' '.join(cmd)}", flush=True)
   if args.dry_run:
     for r in runs:
@@ -157,7 +192,8 @@ def run_workers(args) -> int:
   procs, logs = [], []
   for i, cmd in enumerate(commands):
     logs.append(open(os.path.join(log_dir, f"local-w{i}.log"), "ab"))
-    procs.append(subprocess.Popen(cmd, env=env, stdout=logs[-1], stderr=subprocess.STDOUT, start_new_session=True))
+    procs.append(subprocess.Popen(cmd, env=envs[i], stdout=logs[-1], stderr=subprocess.STDOUT,
+                                  start_new_session=True))
     print(f"  worker {i} pid {procs[-1].pid}", flush=True)
 
   def forward(signum, frame):

@@ -365,3 +365,23 @@ def test_cli_help():
   for args in (["launch.local"], ["launch.tpu"], ["launch.tpu", "run"], ["launch.tpu", "status"], ["launch.report"]):
     out = subprocess.run([sys.executable, "-m", *args, "--help"], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0 and "usage" in out.stdout.lower(), out.stderr
+
+
+def test_gpu_workers_each_get_their_own_gpus(tmp_path, monkeypatch, capsys):
+  from launch import local
+
+  monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,3,5,6")
+  args = [f"--config={ht.CONFIG_FILE}", f"--workdir={tmp_path}", "--workers=2", "--gpus_per_worker=2", "--dry_run"]
+  assert local.main(args) == 0
+  out = capsys.readouterr().out
+  assert "  worker 0: CUDA_VISIBLE_DEVICES=0,1 " in out and "  worker 1: CUDA_VISIBLE_DEVICES=3,5 " in out
+  assert local.worker_gpus(5, 1) == ["0", "1", "3", "5", "6"]
+  with pytest.raises(SystemExit):
+    local.main([*args[:2], "--workers=3", "--gpus_per_worker=2", "--dry_run"])
+  assert "needs 6 GPUs; 5 visible (0,1,3,5,6)" in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    local.main([*args[:2], "--gpus_per_worker=1", "--dry_run"])  # without --workers
+  assert "--gpus_per_worker goes with --workers=N" in capsys.readouterr().err
+  monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+  with pytest.raises(ValueError, match="0 visible"):
+    local.worker_gpus(1, 1)
