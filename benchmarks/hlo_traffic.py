@@ -9,7 +9,8 @@ the sum over kernels, at --bandwidth_tbs (H100 SXM 3.35, H200 4.8), is a time no
 is free to keep data on chip. Matmul FLOPs are not counted. Prints the kernel count, traffic by kernel family (the
 name XLA gives, its numeric suffix dropped), the largest kernels, every scatter with its element type, and any
 while loop (whose body runs more than once and is not counted); --match sums the kernels whose result shape
-matches a regular expression (e.g. '16,12,256,256' for attention's B x H x L x L tensors). No device needed; docs/benchmarks.md, "Compiling for
+matches a regular expression (e.g. '16,12,256,256' for attention's B x H x L x L tensors). Made for XLA:GPU programs;
+on a TPU program an asynchronous op's start and done count as two kernels, each with the op's bytes. No device needed; docs/benchmarks.md, "Compiling for
 a GPU here", has what it showed for the BERT-base step.
 """
 
