@@ -135,6 +135,19 @@ def target_setup(problem: Problem, platform: str, *, attention: str | None = Non
                          shd.tree_shardings(problem.mesh, abs_params), problem.encoder_config)
 
 
+def lower_or_xla_attention(lower, problem: Problem, platform: str, setup=None):
+  """(lower(setup), setup, False) with the model built for `platform` (or the `setup` given); where that traces cuDNN
+  attention on a machine without cuDNN, (lower(xla setup), xla setup, True): the same model with the XLA attention."""
+  try:
+    setup = setup or target_setup(problem, platform)
+    return lower(setup), setup, False
+  except RuntimeError as e:
+    if CUDNN_MISSING not in str(e):
+      raise
+  setup = target_setup(problem, platform, attention="xla")
+  return lower(setup), setup, True
+
+
 def abstract_batch(problem: Problem):
   import jax  # pylint: disable=g-import-not-at-top
 
@@ -224,16 +237,8 @@ def step_target(name: str, lower, *, train: bool):
 
     dtype = factory.precision(problem.config, platform).dtype
     with dropout_bits_for(platform):
-      why = ""
-      try:
-        setup = target_setup(problem, platform)
-        exported = lower(setup, problem, platform)
-      except RuntimeError as e:
-        if CUDNN_MISSING not in str(e):
-          raise
-        why = f"{CUDNN_MISSING} on this machine"
-        setup = target_setup(problem, platform, attention="xla")
-        exported = lower(setup, problem, platform)
+      exported, setup, without_cudnn = lower_or_xla_attention(lambda s: lower(s, problem, platform), problem, platform)
+    why = f"{CUDNN_MISSING} on this machine" if without_cudnn else ""
     calls = kernel_calls(exported.mlir_module())
     label = attention_label(problem, setup, platform, train=train, calls=calls, why=why)
     return [f"{platform} {name}: lowered ({dtype}, {label}, {sum(calls.values())} custom calls)"]

@@ -230,6 +230,12 @@ CACHE_ENV = "GP_JAX_COMPILATION_CACHE"
 CACHE_OFF = ("", "off", "0", "false", "none")
 
 
+def user_cache_dir(*parts: str) -> str:
+  """$XDG_CACHE_HOME/gp_jax/PARTS (~/.cache by default)."""
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "gp_jax", *parts)
+
+
 def compilation_cache_dir(setting: str = "auto") -> str | None:
   """The persistent compilation cache folder `setting` names (see the module docstring), or None when off."""
   setting = str(setting).strip()
@@ -238,8 +244,7 @@ def compilation_cache_dir(setting: str = "auto") -> str | None:
     if setting.lower() == "auto" and os.environ.get("JAX_COMPILATION_CACHE_DIR"):
       return os.environ["JAX_COMPILATION_CACHE_DIR"]
     if setting.lower() == "auto":
-      base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-      return os.path.join(base, "gp_jax", "jax_cache")
+      return user_cache_dir("jax_cache")
   return None if setting.lower() in CACHE_OFF else os.path.expanduser(setting)
 
 

@@ -149,12 +149,13 @@ class Slice:
 
   def describe(self) -> str:
     f = self.family
+    hosts = f"{self.hosts} host" + "s" * (self.hosts > 1)
     if self.platform == "cuda":
-      gpus, hosts = f"{self.chips} GPU" + "s" * (self.chips > 1), f"{self.hosts} host" + "s" * (self.hosts > 1)
+      gpus = f"{self.chips} GPU" + "s" * (self.chips > 1)
       return (f"{self.accelerator_type}: {gpus} {f.topology} on {hosts} (XLA:GPU topology {self.topology}), "
               f"{self.hbm_bytes / GIB:.1f} of {f.hbm_gib:.1f} GiB per GPU for JAX ({gpu_memory_fraction():g}: "
               f"XLA_PYTHON_CLIENT_MEM_FRACTION) and {f.bf16_tflops:g} bf16 TFLOP/s per GPU")
-    chips, hosts = f"{self.chips} chip" + "s" * (self.chips > 1), f"{self.hosts} host" + "s" * (self.hosts > 1)
+    chips = f"{self.chips} chip" + "s" * (self.chips > 1)
     return (f"{self.accelerator_type}: topology {self.topology} ({f.chip_config}), {chips} on {hosts}, "
             f"{f.hbm_gib:g} GiB HBM and {f.bf16_tflops:g} bf16 TFLOP/s per chip")
 
@@ -228,8 +229,9 @@ def gpu_compiler_dir() -> str:
   there, the plugin would start (and fail to find a GPU) in every JAX process."""
   from importlib import metadata  # pylint: disable=g-import-not-at-top
 
-  base = os.environ.get("GP_JAX_GPU_COMPILER") or os.path.join(
-      os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gp_jax", "xla_gpu")
+  from gp_jax import runtime  # pylint: disable=g-import-not-at-top
+
+  base = os.environ.get("GP_JAX_GPU_COMPILER") or runtime.user_cache_dir("xla_gpu")
   return os.path.join(base, f"jaxlib-{metadata.version('jaxlib')}-py{sys.version_info[0]}{sys.version_info[1]}")
 
 
@@ -656,15 +658,10 @@ class Compiler:
 
     B, L = problem.batch["attention_mask"].shape
     with lowering.dropout_bits_for(self.slice.platform), pallas_zlpr.tpu_target(self.generation):
-      try:
-        lowered = lower_step(step, setup, problem)
-      except RuntimeError as e:
-        if lowering.CUDNN_MISSING not in str(e):
-          raise
-        setup = lowering.target_setup(problem, self.slice.platform, attention="xla")
-        lowered = lower_step(step, setup, problem)
-        labels = re.sub(r"attention cudnn\b", "attention xla (in place of cudnn: cuDNN cannot be traced here)",
-                        labels)
+      lowered, _, without_cudnn = lowering.lower_or_xla_attention(
+          lambda s: lower_step(step, s, problem), problem, self.slice.platform, setup)
+    if without_cudnn:
+      labels = re.sub(r"attention cudnn\b", "attention xla (in place of cudnn: cuDNN cannot be traced here)", labels)
     text = lowered.as_text()
     digest = hashlib.sha256(text.encode()).hexdigest()
     if digest in self._compiled:
@@ -821,7 +818,8 @@ def main(argv=None) -> int:
   use_cpu()
   try:
     s = accelerator_slice(args.accelerator_type)
-    s.hbm_bytes  # pylint: disable=pointless-statement  # XLA_PYTHON_CLIENT_MEM_FRACTION is read (and checked) here
+    if s.platform == "cuda":
+      gpu_memory_fraction()  # a bad XLA_PYTHON_CLIENT_MEM_FRACTION is an error line here, not a traceback later
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return EXIT_ERROR
