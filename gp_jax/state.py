@@ -192,6 +192,7 @@ def build_training(run, splits, tokenizer, types) -> Training:
     wd.save_run_files(run.workdir, config_json=run.config_json, types=types, tokenizer=tokenizer,
                       encoder_config=setup.encoder_config)
   train_it = batching.train_batches(splits["train"], batch_size=config.batch_size, buckets=config.data.buckets,
+                                    bucket_run=int(config.data.get("bucket_run", 0)),
                                     seed=config.seed, process_index=jax.process_index(),
                                     process_count=jax.process_count(), tag_scheme=factory.tag_scheme(config))
   total_steps = int(config.num_train_steps) or int(math.ceil(config.num_epochs * train_it.steps_per_epoch))

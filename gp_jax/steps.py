@@ -211,26 +211,47 @@ def make_eval_step(setup, *, size: int):
 
 class HitDecoder:
   """Every hit of a batch, whatever their number: the eval step with a hit buffer that grows (powers of two, so
-  few compiles) when a batch has more hits than it holds."""
+  few compiles) when a batch has more hits than it holds. Programs compiled ahead (`aot`) are used where one
+  matches the hit buffer and the batch's shape."""
 
   def __init__(self, setup, *, batch_size: int, name: str = "eval"):
     self.setup, self.name = setup, name
     self.size = max(64, batch_size * 32)
     self._fns = {}
+    self.ahead = {}  # (hit buffer, rows, length) -> executable compiled ahead
+    self._late = set()
 
-  def _fn(self, size: int):
+  def fn(self, size: int):
+    """The jitted eval step at a hit buffer of `size`."""
     if size not in self._fns:
       self._fns[size] = make_eval_step(self.setup, size=size)
     return self._fns[size]
 
+  def adopt(self, programs) -> None:
+    """Eval programs compiled ahead (`aot.eval_program`), used from now on."""
+    for p in programs:
+      if p.compiled is not None:
+        self.ahead[(p.hits, p.batch, p.length)] = p.compiled
+
+  def _run(self, size: int, params, global_batch, thr):
+    key = (size,) + tuple(global_batch["attention_mask"].shape)
+    compiled = self.ahead.get(key)
+    if compiled is not None:
+      return compiled(params, global_batch, thr)
+    if self.ahead and key not in self._late:
+      self._late.add(key)
+      log.info("%s: eval L%d B%d hits %d not compiled ahead; compiling on first use", self.name, key[2], key[1],
+               size)
+    return self.fn(size)(params, global_batch, thr)
+
   def __call__(self, params, global_batch, threshold: float = 0.0) -> dict[str, np.ndarray]:
     """Window hit columns {"window", "start", "end", "type", "score"} (`merge.batch_hits`) of the global batch."""
     thr = np.float32(threshold)
-    out = self._fn(self.size)(params, global_batch, thr)
+    out = self._run(self.size, params, global_batch, thr)
     if int(out[0]) > self.size:
       self.size = 1 << int(int(out[0]) - 1).bit_length()
       log.info("%s: %d hits in one batch, growing the hit buffer to %d", self.name, int(out[0]), self.size)
-      out = self._fn(self.size)(params, global_batch, thr)
+      out = self._run(self.size, params, global_batch, thr)
     count, coords, scores, window_B = out
     count = int(count)
     return merge.batch_hits(np.asarray(window_B), np.asarray(coords)[:count], np.asarray(scores)[:count])

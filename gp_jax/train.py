@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import jax
 
+from gp_jax import aot
 from gp_jax import checkpoint as ckpt_lib
 from gp_jax import factory, runtime
 from gp_jax import reporting, storage, workdir as wd
@@ -131,7 +132,9 @@ def check_finite(step: int, metrics, mngr) -> None:
 def evaluate_dev(run: RunContext, ts: state_lib.Training, evaluator: Evaluator, writer, dev, params, step: int,
                  best_f1: float) -> float:
   """Dev P/R/F1 at `step`; saves the parameters to best/ when F1 beats `best_f1`. Returns the dev F1."""
+  t0 = time.perf_counter()
   result, _ = evaluator.evaluate(params, dev, desc=f"dev@{step}")
+  log.info("dev@%d evaluation: %.2f s", step, time.perf_counter() - t0)
   writer.write(step, "dev", flat_result(result))
   log.info("step %d dev P %.4f R %.4f F1 %.4f", step, result["precision"], result["recall"], result["f1"])
   if result["f1"] > best_f1:
@@ -139,11 +142,53 @@ def evaluate_dev(run: RunContext, ts: state_lib.Training, evaluator: Evaluator, 
   return result["f1"]
 
 
+def compile_ahead(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, step_fn,
+                  first: int) -> aot.Dispatch:
+  """Every program the run will execute compiled before its first step, concurrently: the train step per bucket the
+  remaining batches take, the eval step per bucket of dev and test. Returns the train step's dispatcher."""
+  config = run.config
+  eval_splits = [splits[k] for k in ("dev", "test") if k in splits]
+  train, evals = aot.run_programs(
+      ts.setup, ts.tx, step_fn, evaluator.decoder, train_lengths_=aot.train_lengths(ts.train_it, ts.total_steps - first),
+      eval_lengths_=aot.eval_lengths(eval_splits, batch_size=config.eval_batch_size, buckets=config.data.buckets),
+      batch_size=config.batch_size, eval_batch_size=config.eval_batch_size)
+  aot.compile_for_run(train + evals)
+  dispatch = aot.Dispatch(step_fn, aot.batch_key, "train")
+  dispatch.adopt(train)
+  evaluator.decoder.adopt(evals)
+  return dispatch
+
+
+class Pace:
+  """Steady training pace per length bucket: the intervals between consecutive dispatches, leaving out each bucket's
+  first step and any interval that held an evaluation or a checkpoint. The host reads metrics every
+  `log_every_steps`, so over many steps the intervals follow the slower of host and device."""
+
+  def __init__(self):
+    self.by_length: dict[int, list] = {}
+    self.last = None
+
+  def dispatched(self, length: int, tokens: int) -> None:
+    now = time.perf_counter()
+    row = self.by_length.setdefault(length, [0, 0.0, 0, False])
+    if self.last is not None and row[3]:
+      row[0], row[1], row[2] = row[0] + 1, row[1] + now - self.last, row[2] + tokens
+    row[3] = True
+    self.last = now
+
+  def interrupted(self) -> None:
+    self.last = None
+
+  def lines(self) -> list[str]:
+    return [f"train pace L{L}: {n} steps, {1e3 * s / n:.2f} ms/step, {tokens / s:.0f} tokens/s"
+            for L, (n, s, tokens, _) in sorted(self.by_length.items()) if n and s > 0]
+
+
 def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, writer, hooks: TrainHooks) -> dict:
   """Steps from ts.start_step to ts.total_steps; returns {steps, preempted, train_tokens_per_s}."""
   config, mesh, mngr = run.config, run.mesh, ts.mngr
   eval_every = int(config.eval_every_steps) or ts.train_it.steps_per_epoch
-  step_fn = make_train_step(ts.setup, ts.tx, loss_kind=config.loss.kind, step_transform=hooks.step_transform)
+  jitted_step = make_train_step(ts.setup, ts.tx, loss_kind=config.loss.kind, step_transform=hooks.step_transform)
   log.info("Training %d steps (%d per epoch, global batch %d), eval every %d, checkpoint every %d", ts.total_steps,
            ts.train_it.steps_per_epoch, config.batch_size, eval_every, config.checkpoint_every_steps)
   best_step = ts.best_mngr.best_step()
@@ -157,17 +202,22 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
   steps = reporting.StepLog(ts, writer, int(config.log_every_steps), bar,
                            check=lambda step, metrics: check_finite(step, metrics, ts.mngr))
   state = ts.state
+  pace = Pace()
 
   def save(step):
+    t0 = time.perf_counter()
     ckpt_lib.save(mngr, step, state=state, data_state=ts.train_it.get_state(), config_json=run.config_json)
+    log.info("checkpoint at step %d: %.2f s", step, time.perf_counter() - t0)
 
   preempted = stopped_early = False
   first = ts.total_steps if patience.exhausted(ts.start_step) else ts.start_step  # a resumed run that had stopped
+  step_fn = compile_ahead(run, ts, splits, evaluator, jitted_step, first)
   with runtime.Preemption() as preemption:
     for step in range(first, ts.total_steps):
       batch = next(ts.train_it)
       steps.count(batch)
       state, metrics = step_fn(state, shd.global_batch(model_batch(batch), mesh))
+      pace.dispatched(batch["attention_mask"].shape[1], int(batch["attention_mask"].sum()))
       done = step + 1
       steps.dispatched(done, metrics)
       if step == first:
@@ -183,6 +233,7 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
           if steps.last_dev > best_f1:
             best_f1, patience.best_step = steps.last_dev, done
           steps.pause(time.time() - t_eval)
+          pace.interrupted()
           if patience.exhausted(done) and not last:
             log.info("Early stop at step %d (epoch %.2f): dev F1 has not improved for %s epochs since step %d",
                      done, done / ts.train_it.steps_per_epoch, patience.epochs, patience.best_step)
@@ -191,6 +242,7 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
       if done % config.checkpoint_every_steps == 0 or last:
         check_finite(done, metrics, mngr)
         save(done)
+        pace.interrupted()
         if hooks.after_checkpoint is not None:
           mngr.wait_until_finished()
           hooks.after_checkpoint(done)
@@ -205,6 +257,8 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
         preempted = True
         break
   steps.flush()
+  for line in pace.lines():
+    log.info(line)
   if bar is not None:
     bar.close()
   mngr.wait_until_finished()

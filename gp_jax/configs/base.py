@@ -49,6 +49,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.data.stride = 0  # sliding-window stride in content tokens (0 = half a window)
   c.data.truncate = False  # train split only: one window per record, its first max_len tokens, the rest dropped (Su's scripts)
   c.data.buckets = (32, 64, 128)  # padded lengths; a batch uses the smallest that fits (jit compiles once per bucket)
+  c.data.bucket_run = 0  # batches of one bucket come in runs of this many, so k-step calls stay full; 0 = interleaved
   c.data.max_span_width = 0  # 0 = unlimited; else spans wider than this are neither trained nor predicted
   c.data.synthetic_records = 2000  # synthetic: number of training records (dev/test get a quarter each)
 
@@ -109,6 +110,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.eval_batch_size = 128  # global eval batch
   c.num_epochs = a.epochs or 3.0  # training length in epochs of the train split
   c.num_train_steps = 0  # > 0 overrides num_epochs
+  c.steps_per_execution = 1  # train steps per jitted call (lax.scan over same-bucket batches); 1 = one per call, 0 = auto per platform
   c.log_every_steps = 100  # train metrics to JSON lines / TensorBoard
   c.eval_every_steps = 0  # dev evaluation interval (0 = once per epoch)
   c.tune_threshold = False  # span heads, after training: pick the decision threshold on dev (gp_jax/threshold.py)

@@ -63,9 +63,20 @@ class _Assembler:
     longest = int(self.p.window_len[real].max()) if real.size else 1
     return int(self.buckets[np.searchsorted(self.buckets, longest, side="left")])
 
-  def __call__(self, win_B: np.ndarray) -> dict[str, Any]:
+  def buckets_of(self, win_SB: np.ndarray) -> np.ndarray:
+    """int64 [S]: `bucket` of each of S global batches, vectorised."""
+    if win_SB.size == 0:
+      return np.zeros(win_SB.shape[0], np.int64)
+    lens_SB = np.where(win_SB >= 0, self.p.window_len[np.maximum(win_SB, 0)], 1)
+    return self.buckets[np.searchsorted(self.buckets, lens_SB.max(axis=1), side="left")]
+
+  def filler(self, length: int) -> dict[str, Any]:
+    """A batch of filler rows at bucket `length`: the fields, dtypes and shapes of every batch of that bucket."""
+    return self(np.full(self.batch_size, -1, np.int64), length=length)
+
+  def __call__(self, win_B: np.ndarray, *, length: int | None = None) -> dict[str, Any]:
     p = self.p
-    L = self.bucket(win_B)
+    L = length or self.bucket(win_B)
     win_B = win_B[self.lo:self.hi]
     B, H = win_B.shape[0], len(p.types)
     rows = np.nonzero(win_B >= 0)[0]
@@ -153,11 +164,17 @@ class BatchIterator(Iterator[dict[str, Any]]):
 
   Per epoch: shuffle windows, sort chunks of 100 * batch_size by length, cut into batches,
   shuffle the batch order. Only the last batch of an epoch can hold filler rows.
+
+  `bucket_run` R > 0: then cut each bucket's batches (in that shuffled order) into runs of R (a bucket's last
+  run may be shorter) and shuffle the runs, so a k-step call (lax.scan over same-bucket batches) rarely ends
+  early. 0 = the interleaved order above.
   """
 
   def __init__(self, prepared: PreparedSplit, *, batch_size: int, buckets, seed: int,
                process_index: int = 0, process_count: int = 1, chunk_batches: int = 100,
-               tag_scheme: str | None = None):
+               tag_scheme: str | None = None, bucket_run: int = 0):
+    if bucket_run < 0:
+      raise ValueError(f"bucket_run={bucket_run} must be >= 0 (0 = interleaved buckets)")
     if prepared.num_windows == 0:
       raise ValueError(f"{prepared.name}: no windows to train on")
     self._assemble = _Assembler(prepared, buckets, batch_size, process_index, process_count, tag_scheme)
@@ -165,6 +182,7 @@ class BatchIterator(Iterator[dict[str, Any]]):
     self.batch_size = batch_size
     self.chunk = chunk_batches * batch_size
     self.seed = int(seed)
+    self.bucket_run = int(bucket_run)
     self.steps_per_epoch = -(-prepared.num_windows // batch_size)
     self._epoch, self._index = 0, 0
     self._cache = (None, None)
@@ -191,8 +209,20 @@ class BatchIterator(Iterator[dict[str, Any]]):
       parts.append(perm[a:a + self.chunk][order])
     batches = _to_batches(np.concatenate(parts), self.batch_size)
     batches = batches[rng.permutation(batches.shape[0])]
+    if self.bucket_run:
+      batches = batches[self._run_order(self._assemble.buckets_of(batches), rng)]
     self._cache = (epoch, batches)
     return batches
+
+  def _run_order(self, bucket_S: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """int64 [S] batch order: each bucket's batches, in their order, cut into runs of `bucket_run`; the runs
+    shuffled by `rng` (the epoch's stream, so the order stays a pure function of (seed, epoch))."""
+    by_bucket_S = np.argsort(bucket_S, kind="stable")
+    sorted_S = bucket_S[by_bucket_S]
+    rank_S = np.arange(sorted_S.shape[0]) - np.searchsorted(sorted_S, sorted_S, side="left")
+    run_S = np.cumsum(rank_S % self.bucket_run == 0) - 1
+    slot_R = np.argsort(rng.permutation(int(run_S[-1]) + 1))  # run r goes to place slot_R[r]
+    return by_bucket_S[np.argsort(slot_R[run_S], kind="stable")]
 
   def __next__(self) -> dict[str, Any]:
     if self._index >= self.steps_per_epoch:
@@ -200,6 +230,21 @@ class BatchIterator(Iterator[dict[str, Any]]):
     win_B = self.epoch_batches(self._epoch)[self._index]
     self._index += 1
     return self._assemble(win_B)
+
+  def lengths_ahead(self, steps: int) -> list[int]:
+    """The bucket lengths of the next `steps` batches, from the current position (the programs a run needs)."""
+    out, epoch, index = set(), self._epoch, self._index
+    while steps > 0:
+      if index >= self.steps_per_epoch:
+        epoch, index = epoch + 1, 0
+      rows = self.epoch_batches(epoch)[index:index + steps]
+      out.update(self._assemble.buckets_of(rows).tolist())
+      steps, index = steps - rows.shape[0], index + rows.shape[0]
+    return sorted(out)
+
+  def filler(self, length: int) -> dict[str, Any]:
+    """`_Assembler.filler`: a batch's structure at bucket `length`."""
+    return self._assemble.filler(length)
 
   def get_state(self) -> dict[str, int]:
     """JSON-serialisable position: the next batch is batch `index` of epoch `epoch`."""
@@ -219,12 +264,15 @@ class BatchIterator(Iterator[dict[str, Any]]):
 
 
 def train_batches(prepared: PreparedSplit, *, batch_size: int, buckets: Sequence[int] | None, seed: int,
-                  process_index: int = 0, process_count: int = 1, tag_scheme: str | None = None) -> BatchIterator:
+                  process_index: int = 0, process_count: int = 1, tag_scheme: str | None = None,
+                  bucket_run: int = 0) -> BatchIterator:
   """Infinite, resumable training batches; `batch_size` is global, each process gets its rows.
 
-  `tag_scheme` (BIO/BIOES): batches also carry `tags` [B, L] for tagger heads (see `window_tags`)."""
+  `tag_scheme` (BIO/BIOES): batches also carry `tags` [B, L] for tagger heads (see `window_tags`).
+  `bucket_run` > 0: batches of one bucket come in runs of this many (see `BatchIterator`)."""
   return BatchIterator(prepared, batch_size=batch_size, buckets=buckets, seed=seed,
-                       process_index=process_index, process_count=process_count, tag_scheme=tag_scheme)
+                       process_index=process_index, process_count=process_count, tag_scheme=tag_scheme,
+                       bucket_run=bucket_run)
 
 
 class EvalBatches:
@@ -238,6 +286,13 @@ class EvalBatches:
 
   def __len__(self) -> int:
     return self.batches.shape[0]
+
+  def lengths(self) -> list[int]:
+    """The bucket lengths these batches take."""
+    return sorted(set(self._assemble.buckets_of(self.batches).tolist()))
+
+  def filler(self, length: int) -> dict[str, Any]:
+    return self._assemble.filler(length)
 
   def __iter__(self) -> Iterator[dict[str, Any]]:
     for win_B in self.batches:

@@ -181,3 +181,113 @@ def test_span_overflow_is_counted_and_logged(caplog):
     batch = next(it)
   assert it.span_overflow == 36 - 8 and (batch["span_ids"] >= 0).sum() == 8
   assert any("28 gold spans dropped" in r.getMessage() for r in caplog.records)
+
+
+def _interleaved_order(p, batch_size, seed, epoch, chunk_batches=100):
+  """The interleaved order written out from its description (BatchIterator docstring), independently."""
+  rng = np.random.default_rng([seed, epoch])
+  perm = rng.permutation(p.num_windows)
+  win = []
+  for a in range(0, len(perm), chunk_batches * batch_size):
+    chunk = perm[a:a + chunk_batches * batch_size]
+    win += sorted(chunk.tolist(), key=lambda w: p.window_len[w])  # Python's sort is stable
+  win += [-1] * (-len(win) % batch_size)
+  batches = [win[i:i + batch_size] for i in range(0, len(win), batch_size)]
+  return np.asarray([batches[i] for i in rng.permutation(len(batches))], np.int64)
+
+
+@pytest.mark.parametrize("chunk_batches", [100, 3])
+def test_bucket_run_off_is_the_interleaved_order(prepared, chunk_batches):
+  for seed, epoch in ((0, 0), (3, 2)):
+    it = batching.BatchIterator(prepared, batch_size=8, buckets=BUCKETS, seed=seed, chunk_batches=chunk_batches)
+    np.testing.assert_array_equal(it.epoch_batches(epoch), _interleaved_order(prepared, 8, seed, epoch, chunk_batches))
+
+
+@pytest.fixture(scope="module")
+def varied():
+  """Unsplit records of many lengths, so several buckets hold several batches each."""
+  return windows.prepare_split(random_records(3, n=150, max_chars=70), CharTok(), types=TYPES, max_len=80)
+
+
+RUN_BUCKETS, RUN = (16, 32, 48, 64), 3
+
+
+def _runs(bucket_S):
+  """[(bucket, length)] of maximal same-bucket stretches."""
+  out = []
+  for b in bucket_S.tolist():
+    if out and out[-1][0] == b:
+      out[-1][1] += 1
+    else:
+      out.append([b, 1])
+  return [tuple(r) for r in out]
+
+
+def test_bucket_run_groups_each_bucket_into_runs(varied):
+  it = batching.train_batches(varied, batch_size=4, buckets=RUN_BUCKETS, seed=0, bucket_run=RUN)
+  ref = batching.train_batches(varied, batch_size=4, buckets=RUN_BUCKETS, seed=0)
+  for epoch in range(3):
+    win_SB = it.epoch_batches(epoch)
+    assert win_SB.shape == (it.steps_per_epoch, 4)
+    real = win_SB[win_SB >= 0]
+    assert sorted(real.tolist()) == list(range(varied.num_windows))  # every window exactly once
+    assert ((win_SB >= 0).sum(1) < 4).sum() <= 1  # at most one batch holds filler
+    # The interleaved order's batches: each bucket's, in that order, cut into runs of RUN that stay contiguous.
+    bucket_S, ref_SB = it._assemble.buckets_of(win_SB), ref.epoch_batches(epoch)
+    ref_S = ref._assemble.buckets_of(ref_SB)
+    first = {int(row[0]): s for s, row in enumerate(win_SB)}
+    for b in set(ref_S.tolist()):
+      mine = ref_SB[ref_S == b]
+      for a in range(0, len(mine), RUN):
+        run = mine[a:a + RUN]
+        s = first[int(run[0, 0])]
+        np.testing.assert_array_equal(win_SB[s:s + len(run)], run)
+    assert sorted(map(tuple, win_SB.tolist())) == sorted(map(tuple, ref_SB.tolist()))
+    # Split maximal stretches into runs of RUN: each bucket's runs are RUN long except at most one.
+    counts = {b: int((bucket_S == b).sum()) for b in set(bucket_S.tolist())}
+    assert max(counts.values()) > RUN and sum(c > 1 for c in counts.values()) >= 3  # the fixture exercises runs
+    stretches = _runs(bucket_S)
+    assert len(stretches) < len(_runs(ref_S))
+    for b, c in counts.items():
+      lengths = [n for bb, n in stretches if bb == b]
+      assert sum(lengths) == c
+      assert sum(n % RUN for n in lengths) == c % RUN  # a stretch is whole runs plus at most the one short run
+      assert len(lengths) <= -(-c // RUN)
+
+
+def test_bucket_run_order_is_reproducible_and_varies(varied):
+  make = lambda seed: batching.train_batches(varied, batch_size=4, buckets=RUN_BUCKETS, seed=seed,  # noqa: E731
+                                             bucket_run=RUN)
+  a, b, c = make(1), make(1), make(2)
+  np.testing.assert_array_equal(a.epoch_batches(0), b.epoch_batches(0))
+  np.testing.assert_array_equal(a.epoch_batches(4), b.epoch_batches(4))
+  assert not np.array_equal(a.epoch_batches(0), a.epoch_batches(1))
+  assert not np.array_equal(a.epoch_batches(0), c.epoch_batches(0))
+  _same(_take(make(1), 5), _take(make(1), 5))
+  with pytest.raises(ValueError, match="bucket_run"):
+    batching.BatchIterator(varied, batch_size=4, buckets=RUN_BUCKETS, seed=0, bucket_run=-1)
+
+
+@pytest.mark.parametrize("skip", [1, 4, "end-1", "end+2"])
+def test_bucket_run_resume_mid_run(varied, skip):
+  make = lambda seed: batching.train_batches(varied, batch_size=4, buckets=RUN_BUCKETS, seed=seed,  # noqa: E731
+                                             bucket_run=RUN)
+  ref = make(6)
+  spe = ref.steps_per_epoch
+  k = skip if isinstance(skip, int) else spe + int(skip[3:])
+  _take(ref, k)
+  resumed = make(999)
+  resumed.set_state(json.loads(json.dumps(ref.get_state())))
+  _same(_take(ref, spe + 2), _take(resumed, spe + 2))
+
+
+@pytest.mark.parametrize("bucket_run", [0, RUN])
+def test_lengths_ahead_matches_the_batches_produced(varied, bucket_run):
+  it = batching.train_batches(varied, batch_size=4, buckets=RUN_BUCKETS, seed=2, bucket_run=bucket_run)
+  spe = it.steps_per_epoch
+  _take(it, spe - 5)
+  for steps in (1, 2, 4, 7, spe + 3):
+    ahead = it.lengths_ahead(steps)
+    probe = batching.train_batches(varied, batch_size=4, buckets=RUN_BUCKETS, seed=0, bucket_run=bucket_run)
+    probe.set_state(it.get_state())
+    assert ahead == sorted({b["attention_mask"].shape[1] for b in _take(probe, steps)}), steps

@@ -1,0 +1,409 @@
+"""Every program a run executes, built from the trainer's own steps and compiled before the first step.
+
+A run's programs are its jitted steps at the shapes it will meet: the train step per length bucket the batch order
+reaches, the eval step per bucket of the dev and test splits at the hit buffer `HitDecoder` starts with. They are
+lowered one after another (tracing holds the GIL) and compiled together in a thread pool (XLA compiles outside the
+GIL), and the trainer then calls the compiled executables (`Dispatch`): `jit(f).lower(...).compile()` does not fill
+jit's own dispatch cache. The same machinery builds programs for another target (a TPU topology or a GPU target
+config, `launch.compile`) from abstract shapes: nothing is allocated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import re
+import shlex
+import threading
+import time
+import types as pytypes
+from collections.abc import Callable, Iterable, Sequence
+from concurrent import futures
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from gp_jax import factory
+from gp_jax import sharding as shd
+from gp_jax import state as state_lib
+
+log = logging.getLogger("gp_jax.aot")
+
+CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+CUDNN_MISSING = "cuDNN is not detected"
+KERNEL_CALLS = {"tpu_custom_call": "splash", "__cudnn$fmha": "cudnn"}  # custom-call target prefix -> kernel
+COMPILE_MEMORY_BYTES = 2 << 30  # host memory one compile may hold (a BERT-base train step on XLA:GPU: ~2 GiB)
+THREADS_ENV = "GP_JAX_COMPILE_THREADS"
+
+
+# ----------------------------------------------------------------------------- batches as shapes
+
+
+def batch_structure(feature_names: Sequence[str], *, num_types: int, batch: int, length: int,
+                    tagger: bool = False) -> dict[str, jax.ShapeDtypeStruct]:
+  """The model batch (`evaluate.model_batch` of `data.batching`'s format) of `batch` global rows at bucket `length`, as
+  shapes."""
+  B, L = batch, length
+  out = {"attention_mask": (B, L), "span_mask": (B, L), "positions": (B, L), "span_ids": (B, num_types, L),
+         "window_index": (B,), **{name: (B, L) for name in feature_names}}
+  if tagger:
+    out["tags"] = (B, L)
+  return {k: jax.ShapeDtypeStruct(shape, jnp.int32) for k, shape in out.items()}
+
+
+def sharded(structure: dict, mesh) -> dict:
+  """Shapes with the batch sharding `sharding.global_batch` gives the arrays."""
+  return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=shd.batch_sharding(mesh, len(v.shape)))
+          for k, v in structure.items()}
+
+
+def run_structure(setup, *, batch: int, length: int) -> dict:
+  """`batch_structure` of a setup's model and tokenizer, sharded over its mesh."""
+  return sharded(batch_structure(setup.tokenizer.feature_names, num_types=len(setup.types), batch=batch,
+                                 length=length, tagger=factory.tag_scheme(setup.config) is not None), setup.mesh)
+
+
+# ----------------------------------------------------------------------------- programs
+
+
+@dataclasses.dataclass
+class Program:
+  """One jitted step at one shape: what to lower, and what compiling it gave."""
+
+  step: str  # "train" | "eval"
+  length: int
+  batch: int
+  fn: Any  # the jitted function
+  args: tuple  # abstract arguments
+  hits: int = 0  # eval: the hit buffer
+  options: dict = dataclasses.field(default_factory=dict)  # XLA options for this program (`compiler_options`)
+  lowered: Any = None
+  compiled: Any = None
+  seconds: float | None = None
+  cache_hit: bool | None = None
+  error: BaseException | None = None
+
+  @property
+  def key(self) -> tuple:
+    return (self.step, self.batch, self.length, self.hits)
+
+  @property
+  def label(self) -> str:
+    return f"{self.step} L{self.length} B{self.batch}" + (f" hits {self.hits}" if self.hits else "")
+
+  def line(self) -> str:
+    if self.error is not None:
+      return f"compiled ahead: {self.label}: failed ({type(self.error).__name__})"
+    return f"compiled ahead: {self.label}: {self.seconds:.2f} s ({'cache hit' if self.cache_hit else 'cache miss'})"
+
+
+def train_program(step_fn, setup, tx, *, batch: int, length: int) -> Program:
+  """The train step (`steps.make_train_step`, state donated) at one bucket."""
+  args = (state_lib.abstract_state(setup, tx), run_structure(setup, batch=batch, length=length))
+  return Program("train", length, batch, step_fn, args)
+
+
+def eval_program(eval_fn, setup, *, batch: int, length: int, hits: int) -> Program:
+  """The eval step (`steps.make_eval_step` at a hit buffer of `hits`) at one bucket."""
+  args = (state_lib.abstract_params(setup), run_structure(setup, batch=batch, length=length),
+          jax.ShapeDtypeStruct((), jnp.float32))
+  return Program("eval", length, batch, eval_fn, args, hits=hits)
+
+
+# ----------------------------------------------------------------------------- XLA options per program
+
+
+def user_xla_flags() -> set[str]:
+  """Names of the XLA options set in XLA_FLAGS: they win over what the project sets per program."""
+  names = set()
+  for flag in shlex.split(os.environ.get("XLA_FLAGS", "")):
+    m = re.match(r"--?([\w.]+)", flag)
+    if m:
+      names.add(m.group(1))
+  return names
+
+
+def compiler_options(program: Program) -> dict:
+  """The program's own XLA options less those XLA_FLAGS sets (logged once each)."""
+  if not program.options:
+    return {}
+  user = user_xla_flags()
+  kept = {k: v for k, v in program.options.items() if k not in user}
+  for k in sorted(set(program.options) - set(kept)):
+    log.info("%s: XLA option %s from XLA_FLAGS wins over the project's %r", program.label, k, program.options[k])
+  if kept:
+    log.info("%s: XLA options %s", program.label, kept)
+  return kept
+
+
+# ----------------------------------------------------------------------------- compiling
+
+
+_tls = threading.local()
+_listening = {"on": False}
+_listen_lock = threading.Lock()
+
+
+def _on_event(event: str, **_) -> None:
+  if event == CACHE_HIT_EVENT:
+    _tls.hits = getattr(_tls, "hits", 0) + 1
+
+
+def _listen() -> None:
+  with _listen_lock:
+    if not _listening["on"]:
+      jax.monitoring.register_event_listener(_on_event)
+      _listening["on"] = True
+
+
+def compile_threads(n_programs: int) -> int:
+  """Threads for `n_programs` concurrent compiles: bounded by cores and by the memory each compile may hold;
+  $GP_JAX_COMPILE_THREADS overrides."""
+  if os.environ.get(THREADS_ENV, "").strip():
+    return max(1, int(os.environ[THREADS_ENV]))
+  bound = os.cpu_count() or 1
+  try:
+    with open("/proc/meminfo") as f:
+      available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    bound = min(bound, max(1, available // COMPILE_MEMORY_BYTES))
+  except (OSError, StopIteration, ValueError):
+    pass
+  return max(1, min(n_programs, bound))
+
+
+def _compile_one(program: Program) -> Program:
+  _tls.hits = 0
+  t0 = time.perf_counter()
+  try:
+    program.compiled = program.lowered.compile(compiler_options=compiler_options(program) or None)
+  except Exception as e:  # pylint: disable=broad-except
+    program.error = e
+  program.seconds = time.perf_counter() - t0
+  program.cache_hit = _tls.hits > 0
+  return program
+
+
+@dataclasses.dataclass
+class Report:
+  programs: list
+  wall: float
+  summed: float
+  threads: int
+
+  def line(self) -> str:
+    n = len(self.programs)
+    return (f"compiled ahead: {n} program{'s' * (n != 1)} in {self.wall:.1f} s wall, {self.summed:.1f} s of compile "
+            f"summed, {self.threads} thread{'s' * (self.threads != 1)}")
+
+
+def lower(program: Program, lower_fn: Callable | None = None) -> Program:
+  """`program.lowered` (serial: tracing holds the GIL); an error is kept on the program."""
+  try:
+    program.lowered = (lower_fn or (lambda p: p.fn.lower(*p.args)))(program)
+  except Exception as e:  # pylint: disable=broad-except
+    program.error = e
+  return program
+
+
+def compile_all(programs: Iterable[Program], *, threads: int | None = None, on_done: Callable | None = None,
+                lower_fn: Callable | None = None) -> Report:
+  """Lowers each program in turn, then compiles them concurrently; `on_done(program)` as each finishes (in the
+  calling thread, in completion order). Errors stay on the programs (`Program.error`)."""
+  _listen()
+  programs = list(programs)
+  t0 = time.perf_counter()
+  for p in programs:
+    if p.lowered is None and p.error is None:
+      lower(p, lower_fn)
+  todo = [p for p in programs if p.error is None and p.compiled is None]
+  threads = threads or compile_threads(len(todo))
+  if todo:
+    with futures.ThreadPoolExecutor(max(1, min(threads, len(todo))), thread_name_prefix="compile") as pool:
+      for done in futures.as_completed([pool.submit(_compile_one, p) for p in todo]):
+        if on_done is not None:
+          on_done(done.result())
+  for p in programs:
+    if p not in todo and on_done is not None:  # failed to lower
+      on_done(p)
+  return Report(programs, time.perf_counter() - t0, sum(p.seconds or 0.0 for p in todo), threads)
+
+
+def compile_for_run(programs: Sequence[Program]) -> Report:
+  """`compile_all` with a line per program and a total in the log; raises the first program's error."""
+  report = compile_all(programs, on_done=lambda p: log.info(p.line()))
+  log.info(report.line())
+  for p in programs:
+    if p.error is not None:
+      raise p.error
+  return report
+
+
+class Dispatch:
+  """Calls the executable compiled ahead for the arguments' shapes; anything else goes to the jitted function
+  (compiled on first use, logged once per shape)."""
+
+  def __init__(self, fn, key: Callable, name: str):
+    self.fn, self.key, self.name = fn, key, name
+    self.table: dict = {}
+    self.late: set = set()
+
+  def adopt(self, programs: Iterable[Program]) -> None:
+    for p in programs:
+      if p.compiled is not None:
+        self.table[self.key_of(p)] = p.compiled
+
+  @staticmethod
+  def key_of(p: Program) -> tuple:
+    return (p.batch, p.length)
+
+  def __call__(self, *args):
+    k = self.key(*args)
+    compiled = self.table.get(k)
+    if compiled is not None:
+      return compiled(*args)
+    if self.table and k not in self.late:
+      self.late.add(k)
+      log.info("%s %s: not compiled ahead; compiling on first use", self.name, k)
+    return self.fn(*args)
+
+
+def batch_key(_, batch, *rest) -> tuple:
+  """(global rows, length) of a step's batch argument."""
+  return tuple(batch["attention_mask"].shape)
+
+
+# ----------------------------------------------------------------------------- a run's programs
+
+
+def train_lengths(train_it, steps: int) -> list[int]:
+  """The buckets the next `steps` training batches take."""
+  return train_it.lengths_ahead(steps) if steps > 0 else []
+
+
+def eval_lengths(prepared_splits: Iterable, *, batch_size: int, buckets) -> list[int]:
+  """The buckets the eval batches of these splits take."""
+  from gp_jax.data import batching  # pylint: disable=g-import-not-at-top
+
+  out = set()
+  for p in prepared_splits:
+    out.update(batching.eval_batches(p, batch_size=batch_size, buckets=buckets,
+                                     process_index=jax.process_index(), process_count=jax.process_count()).lengths())
+  return sorted(out)
+
+
+# ----------------------------------------------------------------------------- other targets
+
+
+@contextlib.contextmanager
+def dropout_bits_for(platform: str):
+  """Dropout masks as a run on `platform` draws them (`runtime.dropout_bits`), unless GP_JAX_DROPOUT_BITS is set."""
+  if "GP_JAX_DROPOUT_BITS" in os.environ:
+    yield
+    return
+  os.environ["GP_JAX_DROPOUT_BITS"] = "hash" if platform == "cpu" else "threefry"
+  try:
+    yield
+  finally:
+    del os.environ["GP_JAX_DROPOUT_BITS"]
+
+
+def target_setup(config, tokenizer, types, mesh, platform: str, *, encoder_config=None, attention: str | None = None):
+  """A `state.Setup` of the model built for `platform`, parameters abstract (nothing allocated but RNG state)."""
+  config = config.copy_and_resolve_references()
+  if attention:
+    config.model.attention = attention
+
+  def build():
+    return factory.build_model(config, tokenizer, len(types), load_weights=False, encoder_config=encoder_config,
+                               platform=platform)
+
+  graphdef, abs_params, _ = nnx.split(nnx.eval_shape(build), nnx.Param, ...)
+  abs_params = nnx.to_pure_dict(abs_params)
+  rest = jax.jit(lambda: nnx.split(build(), nnx.Param, ...)[2])()  # RNG streams only (XLA drops the init)
+  return state_lib.Setup(config, list(types), tokenizer, mesh, graphdef, rest, abs_params,
+                         shd.tree_shardings(mesh, abs_params), encoder_config)
+
+
+def lower_or_xla_attention(lower_fn, make_setup, setup=None):
+  """(lower_fn(setup), setup, False) with `make_setup(None)` (or the `setup` given); where that traces cuDNN attention
+  on a machine without cuDNN, (lower_fn(xla setup), xla setup, True) with `make_setup("xla")`."""
+  try:
+    setup = setup or make_setup(None)
+    return lower_fn(setup), setup, False
+  except RuntimeError as e:
+    if CUDNN_MISSING not in str(e):
+      raise
+  setup = make_setup("xla")
+  return lower_fn(setup), setup, True
+
+
+def kernel_calls(module_text: str) -> dict[str, int]:
+  """{kernel name: custom calls executed once per step} in a lowered module's StableHLO text: a kernel inside a
+  private function counts once per call of that function (layers share one), from @main down."""
+  bodies = dict(re.findall(r"func\.func (?:public|private) @([\w$.\-]+)\((.*?)(?=\n  func\.func |\Z)", module_text,
+                           re.S))
+
+  def count(name: str, seen=()) -> dict[str, int]:
+    out: dict[str, int] = {}
+    body = bodies.get(name, "")
+    for target in re.findall(r"stablehlo\.custom_call @([\w$.\-]+)", body):
+      kernel = next((k for prefix, k in KERNEL_CALLS.items() if target.startswith(prefix)), None)
+      if kernel:
+        out[kernel] = out.get(kernel, 0) + 1
+    for callee in re.findall(r"(?<![\w.])(?:func\.)?call @([\w$.\-]+)\(", body):
+      if callee not in seen:
+        for kernel, n in count(callee, seen + (name,)).items():
+          out[kernel] = out.get(kernel, 0) + n
+    return out
+
+  return count("main")
+
+
+def parse_mesh(spec: str) -> dict:
+  """"data:8" or "data:4,fsdp:2" -> {"data": 8, "fsdp": 1} style sizes."""
+  sizes = {"data": 1, "fsdp": 1}
+  for part in filter(None, spec.split(",")):
+    name, n = part.split(":")
+    if name not in sizes:
+      raise ValueError(f"--mesh axes are data and fsdp, got {name!r}")
+    sizes[name] = int(n)
+  return sizes
+
+
+def bert_tokenizer(hf: dict):
+  """A stand-in for a BERT tokenizer of the HF config `hf`: what the model and batches read of one."""
+  pad = hf.get("pad_token_id", 0)
+  return pytypes.SimpleNamespace(vocab_size=hf["vocab_size"], pad_token_id=pad, num_prefix=1,
+                                 feature_names=("input_ids", "token_type_ids"),
+                                 pad_values={"input_ids": pad, "token_type_ids": 0})
+
+
+def char_tokenizer(vocab: int, bigram_vocab: int):
+  """A stand-in for the scratch encoder's char + bigram tokenizer of these vocabulary sizes."""
+  return pytypes.SimpleNamespace(vocab_size=vocab, bigram_vocab_size=bigram_vocab, num_prefix=0,
+                                 feature_names=("input_ids", "bigram_ids"), pad_values={"input_ids": 0, "bigram_ids": 0})
+
+
+def attention_shape(config, encoder_config: dict | None) -> tuple[int, int]:
+  """(heads, width) of the encoder's self-attention."""
+  if encoder_config is not None:
+    return encoder_config["num_attention_heads"], encoder_config["hidden_size"]
+  from gp_jax.models.scratch import ScratchConfig  # pylint: disable=g-import-not-at-top
+
+  return ScratchConfig.num_heads, config.model.hidden_size
+
+
+def run_programs(setup, tx, step_fn, decoder, *, train_lengths_: Sequence[int], eval_lengths_: Sequence[int],
+                 batch_size: int, eval_batch_size: int) -> tuple[list[Program], list[Program]]:
+  """(train programs, eval programs) of a run: the train step per bucket, the eval step per eval bucket at the
+  decoder's current hit buffer."""
+  train = [train_program(step_fn, setup, tx, batch=batch_size, length=L) for L in train_lengths_]
+  evals = [eval_program(decoder.fn(decoder.size), setup, batch=eval_batch_size, length=L, hits=decoder.size)
+           for L in eval_lengths_]
+  return train, evals
+
