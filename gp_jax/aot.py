@@ -81,6 +81,7 @@ class Program:
   fn: Any  # the jitted function
   args: tuple  # abstract arguments
   hits: int = 0  # eval: the hit buffer
+  steps: int = 1  # train: optimizer steps per call (a stack of `steps` batches when > 1)
   options: dict = dataclasses.field(default_factory=dict)  # XLA options for this program (`compiler_options`)
   lowered: Any = None
   compiled: Any = None
@@ -89,12 +90,9 @@ class Program:
   error: BaseException | None = None
 
   @property
-  def key(self) -> tuple:
-    return (self.step, self.batch, self.length, self.hits)
-
-  @property
   def label(self) -> str:
-    return f"{self.step} L{self.length} B{self.batch}" + (f" hits {self.hits}" if self.hits else "")
+    return (f"{self.step} L{self.length} B{self.batch}" + (f" x{self.steps}" if self.steps > 1 else "")
+            + (f" hits {self.hits}" if self.hits else ""))
 
   def line(self) -> str:
     if self.error is not None:
@@ -102,10 +100,20 @@ class Program:
     return f"compiled ahead: {self.label}: {self.seconds:.2f} s ({'cache hit' if self.cache_hit else 'cache miss'})"
 
 
-def train_program(step_fn, setup, tx, *, batch: int, length: int) -> Program:
-  """The train step (`steps.make_train_step`, state donated) at one bucket."""
-  args = (state_lib.abstract_state(setup, tx), run_structure(setup, batch=batch, length=length))
-  return Program("train", length, batch, step_fn, args)
+def stacked(structure: dict, steps: int, mesh) -> dict:
+  """`steps` batches of `structure` stacked on a leading axis, sharded as `sharding.global_stacked_batch` does."""
+  return {k: jax.ShapeDtypeStruct((steps,) + v.shape, v.dtype,
+                                  sharding=shd.stacked_batch_sharding(mesh, len(v.shape) + 1))
+          for k, v in structure.items()}
+
+
+def train_program(step_fn, setup, tx, *, batch: int, length: int, steps: int = 1) -> Program:
+  """The train step at one bucket (`steps.make_train_step`, state donated), or with `steps` > 1 that many steps
+  in one call over stacked batches (`steps.make_train_steps`)."""
+  structure = run_structure(setup, batch=batch, length=length)
+  if steps > 1:
+    structure = stacked(structure, steps, setup.mesh)
+  return Program("train", length, batch, step_fn, (state_lib.abstract_state(setup, tx), structure), steps=steps)
 
 
 def eval_program(eval_fn, setup, *, batch: int, length: int, hits: int) -> Program:
@@ -259,7 +267,7 @@ class Dispatch:
 
   @staticmethod
   def key_of(p: Program) -> tuple:
-    return (p.batch, p.length)
+    return ((p.steps,) if p.steps > 1 else ()) + (p.batch, p.length)
 
   def __call__(self, *args):
     k = self.key(*args)
@@ -273,16 +281,11 @@ class Dispatch:
 
 
 def batch_key(_, batch, *rest) -> tuple:
-  """(global rows, length) of a step's batch argument."""
+  """([steps,] global rows, length) of a step's batch argument."""
   return tuple(batch["attention_mask"].shape)
 
 
 # ----------------------------------------------------------------------------- a run's programs
-
-
-def train_lengths(train_it, steps: int) -> list[int]:
-  """The buckets the next `steps` training batches take."""
-  return train_it.lengths_ahead(steps) if steps > 0 else []
 
 
 def eval_lengths(prepared_splits: Iterable, *, batch_size: int, buckets) -> list[int]:
@@ -396,14 +399,3 @@ def attention_shape(config, encoder_config: dict | None) -> tuple[int, int]:
   from gp_jax.models.scratch import ScratchConfig  # pylint: disable=g-import-not-at-top
 
   return ScratchConfig.num_heads, config.model.hidden_size
-
-
-def run_programs(setup, tx, step_fn, decoder, *, train_lengths_: Sequence[int], eval_lengths_: Sequence[int],
-                 batch_size: int, eval_batch_size: int) -> tuple[list[Program], list[Program]]:
-  """(train programs, eval programs) of a run: the train step per bucket, the eval step per eval bucket at the
-  decoder's current hit buffer."""
-  train = [train_program(step_fn, setup, tx, batch=batch_size, length=L) for L in train_lengths_]
-  evals = [eval_program(decoder.fn(decoder.size), setup, batch=eval_batch_size, length=L, hits=decoder.size)
-           for L in eval_lengths_]
-  return train, evals
-

@@ -115,6 +115,11 @@ def progress(iterable, *, total: int, desc: str, enabled: bool = True, every_s: 
     log.info("%s: %d/%d batches in %.1f s", desc, n, total, time.time() - t0)
 
 
+def at_step(metrics, i: int, size: int):
+  """Step i's metrics of a call of `size` steps (stacked [size] when size > 1)."""
+  return metrics if size == 1 else {k: v[i] for k, v in metrics.items()}
+
+
 class StepLog:
   """Train metrics every `log_every` steps, read one step late (the host never waits on the step just
   dispatched); tokens/s count training time only (`pause` takes evaluation time out). `check(step, metrics)`
@@ -128,35 +133,50 @@ class StepLog:
     self.pending = self.logged = None
     self.last_dev = None
 
-  def count(self, batch) -> None:
-    self.tokens += int(batch["attention_mask"].sum())
-    self.examples += int((batch["example_index"] >= 0).sum())
+  def count(self, tokens: int, examples: int) -> None:
+    """Real tokens and examples of this process's rows in the call just dispatched."""
+    self.tokens += tokens
+    self.examples += examples
 
-  def dispatched(self, step: int, metrics) -> None:
-    if self.pending is not None and self.pending[0] % self.log_every == 0:
-      self.write(*self.pending)
-    self.pending = (step, metrics)
+  def dispatched(self, step: int, metrics, *, size: int = 1) -> None:
+    """A call ending at `step` was dispatched; its metrics hold `size` steps (stacked [size] when > 1). The previous
+    call's metrics are written now, for the steps of it that fall on `log_every`."""
+    self._write_pending()
+    self.pending = (step, size, metrics)
     if self.bar is not None:
-      self.bar.update(1)
+      self.bar.update(size)
 
   def pause(self, seconds: float) -> None:
     self.t_log += seconds
 
+  def _write_pending(self, *, last: bool = False) -> None:
+    """The pending call's steps that fall on `log_every` (and with `last` its last step) written."""
+    if self.pending is None:
+      return
+    end, n, metrics = self.pending
+    rates = None
+    for s in range(end - n + 1, end + 1):
+      if (s % self.log_every == 0 or (last and s == end)) and s != self.logged:
+        rates = self.write(s, at_step(metrics, n - 1 - (end - s), n), rates)
+
   def flush(self) -> None:
-    if self.pending is not None and self.pending[0] != self.logged:
-      self.write(*self.pending)
+    self._write_pending(last=True)
+    self.pending = None
 
   @property
   def tokens_per_s(self):
     return self.run_tokens / self.run_seconds if self.run_seconds else None
 
-  def write(self, step: int, metrics) -> None:
+  def write(self, step: int, metrics, rates: dict | None = None) -> dict:
+    """Writes step `step`'s metrics; `rates` given: the tokens/s of a write earlier in the same call. Returns the
+    rates written."""
     if self.check is not None:
       self.check(step, metrics)
-    dt = max(time.time() - self.t_log, 1e-9)
-    n = jax.process_count()  # this process saw 1/n of the tokens
-    rates = {"tokens_per_s": self.tokens * n / dt, "examples_per_s": self.examples * n / dt}
-    self.run_tokens, self.run_seconds = self.run_tokens + self.tokens * n, self.run_seconds + dt
+    if rates is None:
+      dt = max(time.time() - self.t_log, 1e-9)
+      n = jax.process_count()  # this process saw 1/n of the tokens
+      rates = {"tokens_per_s": self.tokens * n / dt, "examples_per_s": self.examples * n / dt}
+      self.run_tokens, self.run_seconds = self.run_tokens + self.tokens * n, self.run_seconds + dt
     loss = float(metrics["loss"])
     self.writer.write(step, "train", {"loss": loss, "grad_norm": float(metrics["grad_norm"]),
                                       "lr": float(self.ts.lr_schedule(step)),
@@ -168,3 +188,4 @@ class StepLog:
     self.tokens = self.examples = 0
     self.t_log = time.time()
     self.logged = step
+    return rates

@@ -37,6 +37,11 @@ def batch_sharding(mesh, ndim: int) -> NamedSharding:
   return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
 
 
+def stacked_batch_sharding(mesh, ndim: int) -> NamedSharding:
+  """Batches stacked on a leading step axis [k, B, ...]: the step axis whole, B split over every mesh axis."""
+  return NamedSharding(mesh, P(None, BATCH_AXES, *([None] * (ndim - 2))))
+
+
 def param_spec(shape, fsdp: int) -> P:
   """Shards the largest axis divisible by `fsdp`; small or indivisible arrays stay replicated."""
   if fsdp <= 1 or not shape or int(np.prod(shape)) < 1024:
@@ -61,5 +66,15 @@ def global_batch(batch: dict, mesh) -> dict:
     x = np.asarray(x)
     sharding = batch_sharding(mesh, x.ndim)
     return jax.make_array_from_process_local_data(sharding, x)
+
+  return jax.tree.map(put, batch)
+
+
+def global_stacked_batch(batch: dict, mesh) -> dict:
+  """Host-local numpy [k, rows, ...] -> global jax.Arrays [k, B, ...] sharded on the batch axis."""
+
+  def put(x):
+    x = np.asarray(x)
+    return jax.make_array_from_process_local_data(stacked_batch_sharding(mesh, x.ndim), x)
 
   return jax.tree.map(put, batch)

@@ -175,20 +175,36 @@ def under_mesh(fn, mesh):
   return traced
 
 
-def make_train_step(setup, tx, *, loss_kind: str, step_transform=None, donate: bool = True):
-  """`train_step` jitted with the state's shardings: (state, global batch) -> (state, metrics).
+def train_steps(state, batches, **step_kwargs):
+  """`train_step` over a stack of batches [k, B, ...] of one bucket, in order (`lax.scan`): k optimizer steps in one
+  call, metrics stacked [k]. The host pays for one dispatch instead of k."""
+  return jax.lax.scan(lambda s, batch: train_step(s, batch, **step_kwargs), state, batches)
 
-  EMA and adversarial training follow the setup's config (`setup.ema_decay`, `Adversarial.from_config`).
-  The state is donated (its buffers are reused for the new state) unless `donate=False`.
-  `step_transform(loss, grads, step) -> (loss, grads)` is traced inside the step, before the update."""
+
+def _train_fn(body, setup, tx, *, loss_kind: str, step_transform=None, donate: bool = True):
   state_shard = state_lib.state_shardings(setup, tx)
-  fn = functools.partial(train_step, graphdef=setup.graphdef, rest=setup.rest, tx=tx, loss_kind=loss_kind,
+  fn = functools.partial(body, graphdef=setup.graphdef, rest=setup.rest, tx=tx, loss_kind=loss_kind,
                          block_size=setup.block_size, step_transform=step_transform, ema_decay=setup.ema_decay,
                          ema_warmup=bool(setup.config.optimizer.get("ema_warmup", False)),
                          adversarial=Adversarial.from_config(setup.config),
                          delta_sharding=shd.batch_sharding(setup.mesh, 3))
   return jax.jit(under_mesh(fn, setup.mesh), in_shardings=(state_shard, None),
                  out_shardings=(state_shard, shd.replicated(setup.mesh)), donate_argnums=0 if donate else ())
+
+
+def make_train_step(setup, tx, *, loss_kind: str, step_transform=None, donate: bool = True):
+  """`train_step` jitted with the state's shardings: (state, global batch) -> (state, metrics).
+
+  EMA and adversarial training follow the setup's config (`setup.ema_decay`, `Adversarial.from_config`).
+  The state is donated (its buffers are reused for the new state) unless `donate=False`.
+  `step_transform(loss, grads, step) -> (loss, grads)` is traced inside the step, before the update."""
+  return _train_fn(train_step, setup, tx, loss_kind=loss_kind, step_transform=step_transform, donate=donate)
+
+
+def make_train_steps(setup, tx, *, loss_kind: str, step_transform=None, donate: bool = True):
+  """`train_steps` jitted as `make_train_step` jits one step: (state, stacked global batches [k, B, ...]) ->
+  (state, metrics [k]); one program per k that occurs."""
+  return _train_fn(train_steps, setup, tx, loss_kind=loss_kind, step_transform=step_transform, donate=donate)
 
 
 def eval_step(params, batch, threshold=0.0, *, graphdef, rest, size: int, block_size=None, hit_sharding=None):

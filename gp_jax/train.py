@@ -15,8 +15,10 @@ import time
 from collections.abc import Callable
 
 import jax
+import numpy as np
 
 from gp_jax import aot
+from gp_jax import feed as feed_lib
 from gp_jax import checkpoint as ckpt_lib
 from gp_jax import factory, runtime
 from gp_jax import reporting, storage, workdir as wd
@@ -25,8 +27,8 @@ from gp_jax import state as state_lib
 from gp_jax import threshold as threshold_lib
 from gp_jax.configs import base as base_config
 from gp_jax.data import batching
-from gp_jax.evaluate import LENGTH_BUCKETS, Evaluator, flat_result, model_batch
-from gp_jax.steps import Adversarial, make_train_step
+from gp_jax.evaluate import LENGTH_BUCKETS, Evaluator, flat_result
+from gp_jax.steps import Adversarial, make_train_step, make_train_steps
 
 log = logging.getLogger("gp_jax.train")
 
@@ -121,12 +123,16 @@ class Diverged(FloatingPointError):
 
 
 def check_finite(step: int, metrics, mngr) -> None:
-  """Raises Diverged when step `step` made the loss or the gradient non-finite."""
-  if not bool(metrics["finite"]):
-    mngr.wait_until_finished()
-    raise Diverged(f"training diverged at step {step}: loss {float(metrics['loss'])}, gradient norm "
-                   f"{float(metrics['grad_norm'])}; stopping. Last good checkpoint: step "
-                   f"{mngr.latest_step()} in {mngr.directory}")
+  """Raises Diverged when a step of the call that ended at `step` made the loss or the gradient non-finite
+  (metrics of one step, or stacked [k] for a k-step call)."""
+  finite = np.asarray(metrics["finite"]).reshape(-1)
+  if finite.all():
+    return
+  i = int(np.argmin(finite))
+  at = lambda name: float(np.asarray(metrics[name]).reshape(-1)[i])  # noqa: E731
+  mngr.wait_until_finished()
+  raise Diverged(f"training diverged at step {step - finite.shape[0] + 1 + i}: loss {at('loss')}, gradient norm "
+                 f"{at('grad_norm')}; stopping. Last good checkpoint: step {mngr.latest_step()} in {mngr.directory}")
 
 
 def evaluate_dev(run: RunContext, ts: state_lib.Training, evaluator: Evaluator, writer, dev, params, step: int,
@@ -142,21 +148,35 @@ def evaluate_dev(run: RunContext, ts: state_lib.Training, evaluator: Evaluator, 
   return result["f1"]
 
 
-def compile_ahead(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, step_fn,
-                  first: int) -> aot.Dispatch:
-  """Every program the run will execute compiled before its first step, concurrently: the train step per bucket the
-  remaining batches take, the eval step per bucket of dev and test. Returns the train step's dispatcher."""
+@dataclasses.dataclass
+class Calls:
+  """The train step's programs: one step per call, and k steps per call (`steps.make_train_steps`)."""
+
+  single: aot.Dispatch
+  multi: aot.Dispatch
+
+  def __call__(self, state, fed: feed_lib.Fed):
+    return (self.single if fed.group.size == 1 else self.multi)(state, fed.batch)
+
+
+def compile_ahead(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, fns, groups) -> Calls:
+  """Every program the run will execute compiled before its first step, concurrently: the train step for each
+  (group size, bucket) the plan holds, the eval step per bucket of dev and test. Returns the train calls."""
   config = run.config
+  single, multi = fns
+  shapes = sorted({(g.size, g.length) for g in groups})
+  train = [aot.train_program(single if n == 1 else multi, ts.setup, ts.tx, batch=config.batch_size, length=L,
+                             steps=n) for n, L in shapes]
   eval_splits = [splits[k] for k in ("dev", "test") if k in splits]
-  train, evals = aot.run_programs(
-      ts.setup, ts.tx, step_fn, evaluator.decoder, train_lengths_=aot.train_lengths(ts.train_it, ts.total_steps - first),
-      eval_lengths_=aot.eval_lengths(eval_splits, batch_size=config.eval_batch_size, buckets=config.data.buckets),
-      batch_size=config.batch_size, eval_batch_size=config.eval_batch_size)
+  lengths = aot.eval_lengths(eval_splits, batch_size=config.eval_batch_size, buckets=config.data.buckets)
+  evals = [aot.eval_program(evaluator.decoder.fn(evaluator.decoder.size), ts.setup, batch=config.eval_batch_size,
+                            length=L, hits=evaluator.decoder.size) for L in lengths]
   aot.compile_for_run(train + evals)
-  dispatch = aot.Dispatch(step_fn, aot.batch_key, "train")
-  dispatch.adopt(train)
+  calls = Calls(aot.Dispatch(single, aot.batch_key, "train"), aot.Dispatch(multi, aot.batch_key, "train steps"))
+  calls.single.adopt([p for p in train if p.steps == 1])
+  calls.multi.adopt([p for p in train if p.steps > 1])
   evaluator.decoder.adopt(evals)
-  return dispatch
+  return calls
 
 
 class Pace:
@@ -168,11 +188,11 @@ class Pace:
     self.by_length: dict[int, list] = {}
     self.last = None
 
-  def dispatched(self, length: int, tokens: int) -> None:
+  def dispatched(self, length: int, tokens: int, size: int = 1) -> None:
     now = time.perf_counter()
     row = self.by_length.setdefault(length, [0, 0.0, 0, False])
     if self.last is not None and row[3]:
-      row[0], row[1], row[2] = row[0] + 1, row[1] + now - self.last, row[2] + tokens
+      row[0], row[1], row[2] = row[0] + size, row[1] + now - self.last, row[2] + tokens
     row[3] = True
     self.last = now
 
@@ -185,12 +205,16 @@ class Pace:
 
 
 def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, writer, hooks: TrainHooks) -> dict:
-  """Steps from ts.start_step to ts.total_steps; returns {steps, preempted, train_tokens_per_s}."""
+  """Steps from ts.start_step to ts.total_steps, in calls of up to k same-bucket steps (`feed`); returns {steps,
+  preempted, train_tokens_per_s, ...}."""
   config, mesh, mngr = run.config, run.mesh, ts.mngr
   eval_every = int(config.eval_every_steps) or ts.train_it.steps_per_epoch
-  jitted_step = make_train_step(ts.setup, ts.tx, loss_kind=config.loss.kind, step_transform=hooks.step_transform)
-  log.info("Training %d steps (%d per epoch, global batch %d), eval every %d, checkpoint every %d", ts.total_steps,
-           ts.train_it.steps_per_epoch, config.batch_size, eval_every, config.checkpoint_every_steps)
+  k = feed_lib.steps_per_execution(config.get("steps_per_execution", 1), factory.target_platform())
+  fns = tuple(make(ts.setup, ts.tx, loss_kind=config.loss.kind, step_transform=hooks.step_transform)
+              for make in (make_train_step, make_train_steps))
+  log.info("Training %d steps (%d per epoch, global batch %d), eval every %d, checkpoint every %d, up to %d steps "
+           "per call", ts.total_steps, ts.train_it.steps_per_epoch, config.batch_size, eval_every,
+           config.checkpoint_every_steps, k)
   best_step = ts.best_mngr.best_step()
   best_f1 = float(ts.best_mngr.metrics(best_step)["dev_f1"]) if best_step is not None else -1.0
   patience = EarlyStop(config.get("early_stop_patience", 0), ts.train_it.steps_per_epoch, best_step)
@@ -211,51 +235,61 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
 
   preempted = stopped_early = False
   first = ts.total_steps if patience.exhausted(ts.start_step) else ts.start_step  # a resumed run that had stopped
-  step_fn = compile_ahead(run, ts, splits, evaluator, jitted_step, first)
-  with runtime.Preemption() as preemption:
-    for step in range(first, ts.total_steps):
-      batch = next(ts.train_it)
-      steps.count(batch)
-      state, metrics = step_fn(state, shd.global_batch(model_batch(batch), mesh))
-      pace.dispatched(batch["attention_mask"].shape[1], int(batch["attention_mask"].sum()))
-      done = step + 1
-      steps.dispatched(done, metrics)
-      if step == first:
-        jax.block_until_ready(metrics)
-        log.info(runtime.first_step_line())
-      last = done == ts.total_steps
-      if done % eval_every == 0 or last:
-        check_finite(done, metrics, mngr)
-        if "dev" in splits:
-          t_eval = time.time()
-          steps.last_dev = evaluate_dev(run, ts, evaluator, writer, splits["dev"], state_lib.eval_params(state),
-                                        done, best_f1)
-          if steps.last_dev > best_f1:
-            best_f1, patience.best_step = steps.last_dev, done
-          steps.pause(time.time() - t_eval)
-          pace.interrupted()
-          if patience.exhausted(done) and not last:
-            log.info("Early stop at step %d (epoch %.2f): dev F1 has not improved for %s epochs since step %d",
-                     done, done / ts.train_it.steps_per_epoch, patience.epochs, patience.best_step)
-            last = stopped_early = True
-        writer.sync()
-      if done % config.checkpoint_every_steps == 0 or last:
-        check_finite(done, metrics, mngr)
-        save(done)
-        pace.interrupted()
-        if hooks.after_checkpoint is not None:
-          mngr.wait_until_finished()
-          hooks.after_checkpoint(done)
-      if stopped_early:
-        break
-      if preemption.should_stop(done):  # every step; all processes agree (runtime.Preemption)
-        check_finite(done, metrics, mngr)
-        if mngr.latest_step() != done:
+  groups = feed_lib.plan(ts.train_it.upcoming_lengths(ts.total_steps - first), start=first, k=k,
+                         every=(eval_every, int(config.checkpoint_every_steps), ts.train_it.steps_per_epoch),
+                         total=ts.total_steps)
+  calls = compile_ahead(run, ts, splits, evaluator, fns, groups)
+  batches = feed_lib.Feed(ts.train_it, groups, mesh)
+  n_calls = 0
+  try:
+    with runtime.Preemption() as preemption:
+      for fed in batches:
+        state, metrics = calls(state, fed)
+        n_calls += 1
+        ts.train_it.skip(fed.group.size)
+        ts.train_it.add_span_overflow(fed.span_overflow)
+        steps.count(fed.tokens, fed.examples)
+        pace.dispatched(fed.group.length, fed.tokens, fed.group.size)
+        done = fed.group.end
+        steps.dispatched(done, metrics, size=fed.group.size)
+        if n_calls == 1:
+          jax.block_until_ready(metrics)
+          log.info(runtime.first_step_line())
+        last = done == ts.total_steps
+        if done % eval_every == 0 or last:
+          check_finite(done, metrics, mngr)
+          if "dev" in splits:
+            t_eval = time.time()
+            steps.last_dev = evaluate_dev(run, ts, evaluator, writer, splits["dev"], state_lib.eval_params(state),
+                                          done, best_f1)
+            if steps.last_dev > best_f1:
+              best_f1, patience.best_step = steps.last_dev, done
+            steps.pause(time.time() - t_eval)
+            pace.interrupted()
+            if patience.exhausted(done) and not last:
+              log.info("Early stop at step %d (epoch %.2f): dev F1 has not improved for %s epochs since step %d",
+                       done, done / ts.train_it.steps_per_epoch, patience.epochs, patience.best_step)
+              last = stopped_early = True
+          writer.sync()
+        if done % config.checkpoint_every_steps == 0 or last:
+          check_finite(done, metrics, mngr)
           save(done)
-        mngr.wait_until_finished()
-        log.warning("SIGTERM: saved checkpoint at step %d in %s; exiting", done, mngr.directory)
-        preempted = True
-        break
+          pace.interrupted()
+          if hooks.after_checkpoint is not None:
+            mngr.wait_until_finished()
+            hooks.after_checkpoint(done)
+        if stopped_early:
+          break
+        if preemption.should_stop(done):  # once per call; all processes agree (runtime.Preemption)
+          check_finite(done, metrics, mngr)
+          if mngr.latest_step() != done:
+            save(done)
+          mngr.wait_until_finished()
+          log.warning("SIGTERM: saved checkpoint at step %d in %s; exiting", done, mngr.directory)
+          preempted = True
+          break
+  finally:
+    batches.close()
   steps.flush()
   for line in pace.lines():
     log.info(line)
@@ -265,9 +299,10 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
   ts.best_mngr.wait_until_finished()
   ts.state = state
   done_steps = int(jax.device_get(state["step"]))
+  log.info("%d steps in %d calls", done_steps - first, n_calls)
   return {"steps": done_steps, "epochs": done_steps / ts.train_it.steps_per_epoch, "preempted": preempted,
           "stopped_early": stopped_early or first != ts.start_step, "train_tokens_per_s": steps.tokens_per_s,
-          "span_overflow": ts.train_it.span_overflow}
+          "span_overflow": ts.train_it.span_overflow, "steps_per_execution": k, "train_calls": n_calls}
 
 
 def final_evaluation(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, writer, steps: int) -> dict:

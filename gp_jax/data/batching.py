@@ -17,6 +17,7 @@ of the same global batch, and all of them pick the same bucket.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -245,6 +246,36 @@ class BatchIterator(Iterator[dict[str, Any]]):
   def filler(self, length: int) -> dict[str, Any]:
     """`_Assembler.filler`: a batch's structure at bucket `length`."""
     return self._assemble.filler(length)
+
+  def upcoming_lengths(self, steps: int) -> np.ndarray:
+    """int64 [steps]: the bucket length of each of the next `steps` batches, in order."""
+    parts, epoch, index = [], self._epoch, self._index
+    while steps > 0:
+      if index >= self.steps_per_epoch:
+        epoch, index = epoch + 1, 0
+      rows = self.epoch_batches(epoch)[index:index + steps]
+      parts.append(self._assemble.buckets_of(rows))
+      steps, index = steps - rows.shape[0], index + rows.shape[0]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+  def skip(self, steps: int) -> None:
+    """Moves the position `steps` batches on without building them (the batches were built elsewhere)."""
+    for _ in range(steps):
+      if self._index >= self.steps_per_epoch:
+        self._epoch, self._index = self._epoch + 1, 0
+      self._index += 1
+
+  def add_span_overflow(self, n: int) -> None:
+    """Gold spans dropped in batches built elsewhere (`clone`) and trained on."""
+    self._assemble.span_overflow += int(n)
+
+  def clone(self) -> BatchIterator:
+    """An iterator at the same position with its own overflow count: builds batches ahead without moving this
+    one."""
+    other = copy.copy(self)
+    other._assemble = copy.copy(self._assemble)
+    other._assemble.span_overflow = 0
+    return other
 
   def get_state(self) -> dict[str, int]:
     """JSON-serialisable position: the next batch is batch `index` of epoch `epoch`."""
