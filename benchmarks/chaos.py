@@ -2,7 +2,7 @@
 each, against an uninterrupted run of the same config: the final train state and best parameters must be
 bit-identical.
 
-  python -m benchmarks.chaos --kills 50 [--seed 0] [--workdir /tmp/gp_jax_chaos]
+  python -m benchmarks.chaos --kills 50 [--seed 0] [--workdir /tmp/gp_jax_chaos] [--steps_per_execution 4]
 
 The run is `python -m gp_jax.main` on experiments/synthetic.py with a tiny model (`TINY`: many steps, a
 checkpoint every 2 steps), so a restart costs a few seconds (one persistent compilation cache for all runs).
@@ -37,9 +37,15 @@ TINY = {"data.synthetic_records": 240, "data.max_eval_records": 48, "data.max_le
         "progress_bar": False}
 
 
-def command(workdir: str) -> list[str]:
+def k_steps(k: int) -> dict:
+  """Overrides for `--steps_per_execution` k > 1: two buckets in same-bucket runs of k, a checkpoint every 2k steps,
+  so most calls are k steps and kills land inside them."""
+  return {"steps_per_execution": k, "data.buckets": "(24,)", "data.bucket_run": k, "checkpoint_every_steps": 2 * k}
+
+
+def command(workdir: str, extra: dict | None = None) -> list[str]:
   return [sys.executable, "-m", "gp_jax.main", "--config=experiments/synthetic.py", f"--workdir={workdir}",
-          *[f"--config.{k}={v}" for k, v in TINY.items()]]
+          *[f"--config.{k}={v}" for k, v in {**TINY, **(extra or {})}.items()]]
 
 
 def environment(cache: str) -> dict:
@@ -57,12 +63,12 @@ def finished(workdir: str) -> bool:
     return False
 
 
-def time_to_first_log(workdir: str, env: dict) -> float:
+def time_to_first_log(workdir: str, env: dict, extra: dict | None = None) -> float:
   """Seconds from start to the first logged training step (start-up, data, compile) of a run that is then
   stopped."""
   t0 = time.monotonic()
-  proc = subprocess.Popen(command(workdir), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True)
+  proc = subprocess.Popen(command(workdir, extra), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
   for line in proc.stderr:
     if "train loss" in line:
       break
@@ -92,21 +98,24 @@ def main(argv=None):
   p.add_argument("--window", type=float, default=2.0,
                  help="kill moments are drawn over start-up plus this many seconds of training")
   p.add_argument("--verbose", action="store_true", help="a line per kill")
+  p.add_argument("--steps_per_execution", type=int, default=1,
+                 help="k train steps per call (k > 1: two buckets in runs of k, a checkpoint every 2k steps)")
   args = p.parse_args(argv)
+  extra = k_steps(args.steps_per_execution) if args.steps_per_execution > 1 else {}
   root = args.workdir or tempfile.mkdtemp(prefix="gp_jax_chaos_")
   cache = os.path.join(root, "jit_cache")
   env = environment(cache)
   ref_dir, run_dir = os.path.join(root, "reference"), os.path.join(root, "chaos")
   rng = random.Random(args.seed)
-  subprocess.run(command(ref_dir), cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL,
+  subprocess.run(command(ref_dir, extra), cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL,
                  stderr=subprocess.DEVNULL)  # the uninterrupted run; also fills the compilation cache
-  startup = time_to_first_log(os.path.join(root, "timing"), env)
+  startup = time_to_first_log(os.path.join(root, "timing"), env, extra)
   window = startup + args.window
   kills = during_save = starts = refused = 0
   tmp_pattern = os.path.join(run_dir, "*", "*.orbax-checkpoint-tmp*")
   while kills < args.kills and not finished(run_dir):
     left_before = set(glob.glob(tmp_pattern))
-    proc = subprocess.Popen(command(run_dir), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(command(run_dir, extra), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     starts += 1
     moment = rng.uniform(0.0, window)
@@ -129,7 +138,7 @@ def main(argv=None):
     if rc != 0:
       raise SystemExit(f"chaos: the run failed with exit status {rc}:\n{err[-3000:]}")
   while not finished(run_dir):
-    proc = subprocess.run(command(run_dir), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    proc = subprocess.run(command(run_dir, extra), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           text=True)
     starts += 1
     if proc.returncode == 2 and "lease" in proc.stderr:
@@ -145,7 +154,7 @@ def main(argv=None):
     results[sub] = (sa == sb, *same(a, b))
   ok = all(r[0] and r[1] for r in results.values())
   verdict = {sub: "bit-identical" if r[1] else f"DIFFERENT (max |diff| {r[2]:.3g})" for sub, r in results.items()}
-  print(f"chaos: {kills} SIGKILLs ({during_save} during a checkpoint save), {starts} starts, {refused} refused by the "
+  print(f"chaos (steps_per_execution {args.steps_per_execution}): {kills} SIGKILLs ({during_save} during a checkpoint save), {starts} starts, {refused} refused by the "
         f"lease; kill moments uniform over 0..{window:.1f} s after each start (start-up to the first logged step "
         f"{startup:.1f} s); final train state {verdict['ckpt']}, best parameters "
         f"{verdict['best']}; {'OK' if ok else 'FAILED'}", flush=True)

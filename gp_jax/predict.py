@@ -159,6 +159,18 @@ class Predictor(WindowPredictor):
     self.window_options = factory.split_options(self.config)
     self.buckets = self.config.data.buckets
     self.decoder = HitDecoder(self.setup, batch_size=self.batch_size, name="predict")
+    self.compile_ahead()
+
+  def compile_ahead(self) -> None:
+    """The eval step for every bucket, compiled concurrently before the first text (the texts are not known yet)."""
+    from gp_jax import aot  # pylint: disable=g-import-not-at-top
+    from gp_jax.data import batching  # pylint: disable=g-import-not-at-top
+
+    d = self.decoder
+    programs = [aot.eval_program(d.fn(d.size), self.setup, batch=self.batch_size, length=L, hits=d.size)
+                for L in batching.normalize_buckets(self.buckets, self.config.data.max_len)]
+    aot.compile_for_run(programs)
+    d.adopt(programs)
 
   def window_hits(self, batch):
     from gp_jax import sharding as shd  # pylint: disable=g-import-not-at-top
