@@ -83,6 +83,7 @@ class Program:
   hits: int = 0  # eval: the hit buffer
   steps: int = 1  # train: optimizer steps per call (a stack of `steps` batches when > 1)
   options: dict = dataclasses.field(default_factory=dict)  # XLA options for this program (`compiler_options`)
+  choices: dict = dataclasses.field(default_factory=dict)  # the kernels it resolves to, and why (`resolve`)
   lowered: Any = None
   compiled: Any = None
   seconds: float | None = None
@@ -147,6 +148,48 @@ def compiler_options(program: Program) -> dict:
   if kept:
     log.info("%s: XLA options %s", program.label, kept)
   return kept
+
+
+# XLA:GPU's default command-buffer commands less CUDNN: XLA records cuDNN graphs with dropout into CUDA command
+# buffers without a device ordinal and aborts (`CudnnGraph::PackOperands`); `compiler_options` takes no "-CUDNN".
+COMMAND_BUFFER_WITHOUT_CUDNN = "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,DYNAMIC_SLICE_FUSION"
+
+
+def attention_choice(config, encoder_config, *, platform: str, length: int, train: bool) -> tuple[str, str]:
+  """(implementation, why) of the self-attention a step holds on `platform` (`ops.attention.choose`); "none" for a
+  scratch encoder without attention blocks."""
+  from gp_jax.ops import attention as attention_lib  # pylint: disable=g-import-not-at-top
+
+  if config.model.encoder == "scratch" and not config.model.num_attn_layers:
+    return "none", ""
+  policy = factory.precision(config, platform)
+  heads, width = attention_shape(config, encoder_config)
+  return attention_lib.choose(policy.attention, platform=platform, dtype=jnp.dtype(factory.DTYPES[policy.dtype]),
+                              length=length, head_dim=width // heads, dropout=train and policy.attention_dropout > 0)
+
+
+def resolve(program: Program, setup, platform: str) -> Program:
+  """Records what `program` resolves to on `platform` (attention and loss implementation, dropout bits) in
+  `program.choices`, and sets the XLA options it needs: cuDNN attention with dropout kept out of command buffers."""
+  config = setup.config
+  policy = factory.precision(config, platform)
+  impl, why = attention_choice(config, setup.encoder_config, platform=platform, length=program.length,
+                               train=program.step == "train")
+  dropout = program.step == "train" and policy.attention_dropout > 0
+  if impl == "cudnn" and dropout:
+    program.options = dict(program.options, xla_gpu_enable_command_buffer=COMMAND_BUFFER_WITHOUT_CUDNN)
+  program.choices = {"attention": impl, "attention_why": why, "loss": factory.loss_implementation(config, platform),
+                     "dropout_bits": policy.dropout_bits if config.model.encoder == "bert" else "none (nnx.Dropout)",
+                     "xla_options": dict(program.options)}
+  return program
+
+
+def resolved_record(programs: Sequence[Program], setup, platform: str) -> dict:
+  """What a run resolved its `auto` choices to (workdir/resolved.json): precision, and per program its kernels."""
+  policy = factory.precision(setup.config, platform)
+  return {"platform": platform, "dtype": policy.dtype, "attention_dropout": policy.attention_dropout,
+          "dropout_bits": policy.dropout_bits if setup.config.model.encoder == "bert" else "none (nnx.Dropout)",
+          "programs": {p.label: p.choices for p in programs}}
 
 
 # ----------------------------------------------------------------------------- compiling

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 
 import jax
 import jax.numpy as jnp
@@ -47,10 +48,12 @@ class Precision:
   dtype: str  # compute dtype name; parameters and optimizer state are float32 whatever it is
   attention: str  # model.attention as requested; ops.attention picks per shape ("auto" -> xla on cpu)
   attention_dropout: float  # bert: probability dropout (the XLA path only); scratch: 0 unless set
+  dropout_bits: str = "threefry"  # bert: where dropout masks come from (`ops.dropout`): hash or threefry
 
   def describe(self) -> str:
     return (f"compute {self.dtype} for {self.platform} (parameters, optimizer state, span scores, softmax, LayerNorm "
-            f"statistics and RoPE in float32), attention {self.attention}, attention dropout {self.attention_dropout}")
+            f"statistics and RoPE in float32), attention {self.attention}, attention dropout {self.attention_dropout}, "
+            f"dropout masks from {self.dropout_bits} bits")
 
 
 def resolve_dtype(name: str, platform: str | None = None) -> str:
@@ -70,11 +73,28 @@ def attention_dropout(config) -> float:
   return float(config.model.dropout) if config.model.encoder == "bert" else 0.0
 
 
+DROPOUT_BITS = ("auto", "hash", "threefry")
+DROPOUT_BITS_ENV = "GP_JAX_DROPOUT_BITS"
+
+
+def resolve_dropout_bits(name: str, platform: str) -> str:
+  """`model.dropout_bits` for the target: $GP_JAX_DROPOUT_BITS when set overrides; "auto" is hash on cpu (XLA:CPU
+  fuses the integer hash into the ops around it; threefry masks there cost a tenth of a step), threefry elsewhere."""
+  env = os.environ.get(DROPOUT_BITS_ENV, "").strip().lower()
+  choice = env if env and env != "auto" else str(name).strip().lower()
+  if choice not in DROPOUT_BITS:
+    raise UserError(f"model.dropout_bits (or {DROPOUT_BITS_ENV}) must be one of {', '.join(DROPOUT_BITS)}; got "
+                    f"{choice!r}")
+  if choice != "auto":
+    return choice
+  return "hash" if platform == "cpu" else "threefry"
+
+
 def precision(config, platform: str | None = None) -> Precision:
   """The policy `build_model` applies for the target `platform` (default: this machine's backend)."""
   p = target_platform(platform)
   return Precision(p, resolve_dtype(config.model.dtype, p), config.model.get("attention", "auto"),
-                   attention_dropout(config))
+                   attention_dropout(config), resolve_dropout_bits(config.model.get("dropout_bits", "auto"), p))
 
 
 def adopt_workdir_dtype(config, saved: dict | None) -> None:
@@ -175,7 +195,7 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
     from gp_jax.models import bert, pretrained  # pylint: disable=g-import-not-at-top
 
     overrides = {"hidden_dropout": float(m.dropout), "attention_dropout": policy.attention_dropout,
-                 "attention": policy.attention, "target_platform": policy.platform}
+                 "attention": policy.attention, "target_platform": policy.platform, "dropout_bits": policy.dropout_bits}
     if load_weights:
       encoder = pretrained.load_pretrained(pretrained.resolve(m.pretrained), dtype=dtype, overrides=overrides)
     else:

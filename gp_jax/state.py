@@ -19,7 +19,6 @@ from flax import nnx
 from gp_jax import sharding as shd
 from gp_jax import checkpoint as ckpt_lib
 from gp_jax import factory
-from gp_jax import runtime
 from gp_jax import workdir as wd
 from gp_jax.data import batching
 from gp_jax.optim import make_optimizer
@@ -185,9 +184,8 @@ def build_training(run, splits, tokenizer, types) -> Training:
   setup, params = init_model(config, tokenizer, types, run.mesh, load_weights=not resuming,
                              encoder_config=wd.load_encoder_config(run.workdir) if resuming else None)
   n_params = param_count(params)
-  log.info("Model: %s encoder + %s head, %d parameters, dtype %s%s", config.model.encoder, config.model.head, n_params,
-           config.model.dtype, f", dropout masks from {runtime.dropout_bits()} bits (GP_JAX_DROPOUT_BITS)"
-           if config.model.encoder == "bert" else "")
+  log.info("Model: %s encoder + %s head, %d parameters, dtype %s", config.model.encoder, config.model.head, n_params,
+           config.model.dtype)
   if run.is_main:
     wd.save_run_files(run.workdir, config_json=run.config_json, types=types, tokenizer=tokenizer,
                       encoder_config=setup.encoder_config)

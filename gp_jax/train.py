@@ -171,6 +171,15 @@ def compile_ahead(run: RunContext, ts: state_lib.Training, splits, evaluator: Ev
   lengths = aot.eval_lengths(eval_splits, batch_size=config.eval_batch_size, buckets=config.data.buckets)
   evals = [aot.eval_program(evaluator.decoder.fn(evaluator.decoder.size), ts.setup, batch=config.eval_batch_size,
                             length=L, hits=evaluator.decoder.size) for L in lengths]
+  platform = factory.target_platform()
+  for p in train + evals:
+    aot.resolve(p, ts.setup, platform)
+  if run.is_main:
+    record = aot.resolved_record(train + evals, ts.setup, platform)
+    storage.write_json(run.workdir / "resolved.json", record, indent=1)
+    log.info("Resolved (resolved.json): %s, dropout masks from %s bits; %s", record["dtype"], record["dropout_bits"],
+             "; ".join(f"{label}: attention {c['attention']}, loss {c['loss']}" for label, c in
+                       record["programs"].items()))
   aot.compile_for_run(train + evals)
   calls = Calls(aot.Dispatch(single, aot.batch_key, "train"), aot.Dispatch(multi, aot.batch_key, "train steps"))
   calls.single.adopt([p for p in train if p.steps == 1])

@@ -170,3 +170,19 @@ def test_fresh_workdir_keeps_auto():
   assert config.model.dtype == "auto"
   factory.adopt_workdir_dtype(config, {"model": {"dtype": "auto"}})
   assert config.model.dtype == "auto"
+
+
+def test_dropout_bits_resolve_per_platform_and_the_environment_overrides(monkeypatch):
+  from gp_jax.errors import UserError
+
+  monkeypatch.delenv(factory.DROPOUT_BITS_ENV, raising=False)
+  c = base.get_config("encoder=bert")
+  assert c.model.dropout_bits == "auto"
+  assert [factory.precision(c, p).dropout_bits for p in ("cpu", "cuda", "tpu")] == ["hash", "threefry", "threefry"]
+  c.model.dropout_bits = "threefry"
+  assert factory.precision(c, "cpu").dropout_bits == "threefry"
+  monkeypatch.setenv(factory.DROPOUT_BITS_ENV, "hash")
+  assert factory.precision(c, "cuda").dropout_bits == "hash"
+  monkeypatch.setenv(factory.DROPOUT_BITS_ENV, "philox")
+  with pytest.raises(UserError, match="must be one of auto, hash, threefry"):
+    factory.precision(c, "cpu")

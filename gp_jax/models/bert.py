@@ -52,6 +52,7 @@ class BertConfig:
   attention_dropout: float = 0.1  # attention probabilities (the XLA attention path only: ops.attention)
   attention: str = "xla"  # ops.attention implementation: auto | xla | cudnn | splash
   target_platform: str | None = None  # platform the model is compiled for (attention=auto); None: at lowering
+  dropout_bits: str | None = None  # dropout masks from "hash" or "threefry" bits (ops.dropout); None: at trace time
 
   def __post_init__(self):
     if self.model_type not in ("bert", "roberta"):
@@ -109,7 +110,7 @@ class BertLayer(nnx.Module):
     dense = lambda i, o: linear(i, o, dtype=dtype, param_dtype=param_dtype, kernel_init=init, rngs=rngs)
     D, F = cfg.hidden_size, cfg.intermediate_size
     self.num_heads = cfg.num_heads
-    self.attention, self.target_platform = cfg.attention, cfg.target_platform
+    self.attention, self.target_platform, self.dropout_bits = cfg.attention, cfg.target_platform, cfg.dropout_bits
     self.query, self.key, self.value = dense(D, D), dense(D, D), dense(D, D)
     self.attention_out = dense(D, D)
     self.attention_norm = _layer_norm(cfg, dtype, param_dtype, rngs)
@@ -127,13 +128,14 @@ class BertLayer(nnx.Module):
     k_BLHK = self.key(x_BLD).reshape(B, L, H, D // H)
     v_BLHK = self.value(x_BLD).reshape(B, L, H, D // H)
     drop = self.attention_dropout
-    probs_dropout = None if drop.deterministic or float(drop.rate) == 0.0 else (lambda p: dropout(drop, p))
+    bits = self.dropout_bits
+    probs_dropout = None if drop.deterministic or float(drop.rate) == 0.0 else (lambda p: dropout(drop, p, bits))
     ctx_BLD = attention_lib.attention(q_BLHK, k_BLHK, v_BLHK, mask_BL=mask_BL, implementation=self.attention,
                                       platform=self.target_platform, probs_dropout=probs_dropout,
                                       dropout_rate=float(drop.rate), dropout_seed=self.index).reshape(B, L, D)
-    x_BLD = self.attention_norm(x_BLD + dropout(self.hidden_dropout, self.attention_out(ctx_BLD)))
+    x_BLD = self.attention_norm(x_BLD + dropout(self.hidden_dropout, self.attention_out(ctx_BLD), bits))
     ffn_BLD = self.output(self.act(self.intermediate(x_BLD)))
-    return self.output_norm(x_BLD + dropout(self.hidden_dropout, ffn_BLD))
+    return self.output_norm(x_BLD + dropout(self.hidden_dropout, ffn_BLD, bits))
 
 
 class Bert(nnx.Module):
@@ -188,7 +190,7 @@ class Bert(nnx.Module):
       self.position_ids(input_ids)  # the length check
       pos_BLD = embed_prefix(self.position_embeddings, input_ids.shape[1])
     x_BLD = word_BLD + pos_BLD + embed(self.token_type_embeddings, token_type_ids)
-    x_BLD = dropout(self.embeddings_dropout, self.embeddings_norm(x_BLD))
+    x_BLD = dropout(self.embeddings_dropout, self.embeddings_norm(x_BLD), self.config.dropout_bits)
     mask_BL = attention_mask.astype(bool)
     for layer in self.layers:
       x_BLD = layer(x_BLD, mask_BL)

@@ -34,6 +34,8 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
+from gp_jax.errors import UserError
+
 log = logging.getLogger(__name__)
 
 IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash")
@@ -79,6 +81,9 @@ def choose(requested: str, *, platform: str, dtype, length: int, head_dim: int, 
     return "xla", "attention dropout is on (splash has no probability dropout)"
   if dropout:
     ok, why = cudnn_dropout_status()
+    if not ok and requested == "cudnn":
+      raise UserError(f"model.attention=cudnn with attention dropout: {why}; use model.attention=auto or xla (or "
+                      f"model.attention_dropout=0)")
     if not ok:
       return "xla", f"attention dropout is on and {why}"
   if fused == "splash" and length % SPLASH_BLOCK:

@@ -63,7 +63,7 @@ def test_probability_dropout_applies_on_the_xla_path_only_when_given():
 CHOICES = """auto cpu float32 128 0 xla | auto cpu bfloat16 128 0 xla | auto cuda bfloat16 64 0 cudnn
 auto cuda float32 64 0 xla | auto tpu bfloat16 256 0 splash | auto tpu float32 128 0 splash
 auto tpu bfloat16 96 0 xla | auto tpu bfloat16 256 1 xla | auto cuda bfloat16 64 1 xla
-splash tpu bfloat16 64 0 xla | cudnn cuda bfloat16 64 1 xla | xla tpu bfloat16 256 0 xla"""
+splash tpu bfloat16 64 0 xla | xla tpu bfloat16 256 0 xla"""
 
 
 @pytest.mark.parametrize("case", [c.strip() for c in CHOICES.replace("\n", "|").split("|")])
@@ -122,6 +122,21 @@ def test_choose_rejects_what_the_target_cannot_run():
     attn.choose("splash", platform="cuda", dtype=jnp.bfloat16, length=128, head_dim=64, dropout=False)
   with pytest.raises(ValueError, match="one of"):
     attn.choose("flash", platform="cuda", dtype=jnp.bfloat16, length=128, head_dim=64, dropout=False)
+
+
+def test_explicit_cudnn_with_dropout_on_an_unverified_jax_is_a_one_line_user_error(monkeypatch):
+  """Not a silent fallback and never the process abort: model.attention=cudnn with dropout where the fused dropout
+  is unverified refuses in one line; verified (or GP_JAX_CUDNN_DROPOUT=1) it is cuDNN."""
+  from gp_jax.errors import UserError
+
+  monkeypatch.delenv(attn.CUDNN_DROPOUT_ENV, raising=False)
+  monkeypatch.setattr(attn, "CUDNN_DROPOUT_VERIFIED", {})
+  with pytest.raises(UserError, match="model.attention=cudnn with attention dropout: .*not yet checked") as e:
+    attn.choose("cudnn", platform="cuda", dtype=jnp.bfloat16, length=64, head_dim=64, dropout=True)
+  assert "\n" not in str(e.value)
+  minor = ".".join(jax.__version__.split(".")[:2])
+  monkeypatch.setattr(attn, "CUDNN_DROPOUT_VERIFIED", {minor: True})
+  assert attn.choose("cudnn", platform="cuda", dtype=jnp.bfloat16, length=64, head_dim=64, dropout=True) == ("cudnn", "")
 
 
 def test_splash_kernel_in_the_interpreter_matches_numpy():
