@@ -62,10 +62,12 @@ def sharded(structure: dict, mesh) -> dict:
           for k, v in structure.items()}
 
 
-def run_structure(setup, *, batch: int, length: int) -> dict:
-  """`batch_structure` of a setup's model and tokenizer, sharded over its mesh."""
+def run_structure(setup, *, batch: int, length: int, train: bool) -> dict:
+  """`batch_structure` of a setup's model and tokenizer, sharded over its mesh; tagger heads train on `tags` (eval
+  batches carry none)."""
+  tagger = train and factory.tag_scheme(setup.config) is not None
   return sharded(batch_structure(setup.tokenizer.feature_names, num_types=len(setup.types), batch=batch,
-                                 length=length, tagger=factory.tag_scheme(setup.config) is not None), setup.mesh)
+                                 length=length, tagger=tagger), setup.mesh)
 
 
 # ----------------------------------------------------------------------------- programs
@@ -111,7 +113,7 @@ def stacked(structure: dict, steps: int, mesh) -> dict:
 def train_program(step_fn, setup, tx, *, batch: int, length: int, steps: int = 1) -> Program:
   """The train step at one bucket (`steps.make_train_step`, state donated), or with `steps` > 1 that many steps
   in one call over stacked batches (`steps.make_train_steps`)."""
-  structure = run_structure(setup, batch=batch, length=length)
+  structure = run_structure(setup, batch=batch, length=length, train=True)
   if steps > 1:
     structure = stacked(structure, steps, setup.mesh)
   return Program("train", length, batch, step_fn, (state_lib.abstract_state(setup, tx), structure), steps=steps)
@@ -119,7 +121,7 @@ def train_program(step_fn, setup, tx, *, batch: int, length: int, steps: int = 1
 
 def eval_program(eval_fn, setup, *, batch: int, length: int, hits: int) -> Program:
   """The eval step (`steps.make_eval_step` at a hit buffer of `hits`) at one bucket."""
-  args = (state_lib.abstract_params(setup), run_structure(setup, batch=batch, length=length),
+  args = (state_lib.abstract_params(setup), run_structure(setup, batch=batch, length=length, train=False),
           jax.ShapeDtypeStruct((), jnp.float32))
   return Program("eval", length, batch, eval_fn, args, hits=hits)
 

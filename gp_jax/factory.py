@@ -78,8 +78,9 @@ DROPOUT_BITS_ENV = "GP_JAX_DROPOUT_BITS"
 
 
 def resolve_dropout_bits(name: str, platform: str) -> str:
-  """`model.dropout_bits` for the target: $GP_JAX_DROPOUT_BITS when set overrides; "auto" is hash on cpu (XLA:CPU
-  fuses the integer hash into the ops around it; threefry masks there cost a tenth of a step), threefry elsewhere."""
+  """`model.dropout_bits` for the target: $GP_JAX_DROPOUT_BITS when set overrides; "auto" is hash on cpu and cuda
+  (XLA fuses the integer hash into the ops around it instead of running threefry kernels: faster steps measured on
+  both, docs/benchmarks.md), threefry on tpu (not measured there)."""
   env = os.environ.get(DROPOUT_BITS_ENV, "").strip().lower()
   choice = env if env and env != "auto" else str(name).strip().lower()
   if choice not in DROPOUT_BITS:
@@ -87,7 +88,7 @@ def resolve_dropout_bits(name: str, platform: str) -> str:
                     f"{choice!r}")
   if choice != "auto":
     return choice
-  return "hash" if platform == "cpu" else "threefry"
+  return "hash" if platform in ("cpu", "cuda", "rocm") else "threefry"
 
 
 def precision(config, platform: str | None = None) -> Precision:

@@ -178,7 +178,7 @@ def test_dropout_bits_resolve_per_platform_and_the_environment_overrides(monkeyp
   monkeypatch.delenv(factory.DROPOUT_BITS_ENV, raising=False)
   c = base.get_config("encoder=bert")
   assert c.model.dropout_bits == "auto"
-  assert [factory.precision(c, p).dropout_bits for p in ("cpu", "cuda", "tpu")] == ["hash", "threefry", "threefry"]
+  assert [factory.precision(c, p).dropout_bits for p in ("cpu", "cuda", "tpu")] == ["hash", "hash", "threefry"]
   c.model.dropout_bits = "threefry"
   assert factory.precision(c, "cpu").dropout_bits == "threefry"
   monkeypatch.setenv(factory.DROPOUT_BITS_ENV, "hash")
