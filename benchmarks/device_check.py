@@ -8,6 +8,14 @@ off by its limit still reports what it measured (status "timeout"). All children
 compilation cache (--cache_dir); the numerics stages (attention, precision) compile without XLA's GPU autotuning.
   versions    python, jax, jaxlib, CUDA plugin, cuDNN, driver, device; measured bf16, TF32 (jax's default f32
               matmul precision on the GPU) and strict f32 matmul peaks
+  trainer     the real trainer as a user runs it, `python -m gp_jax.main --config=experiments/su2022.py:dataset=
+              cluener2020,epochs=2` on a BERT-base-Chinese-shaped checkpoint with random weights (written here with
+              transformers; CLUENER from --data_dir): cold compilation cache, warm, the PyTorch port (--anchor, its
+              own script) on the same card, the warm run at steps_per_execution=0 (when the config has the key), the
+              efficient head after those (--trainer_runs picks). Per run, from its log: first step, each program
+              compiled ahead (seconds, cache hit or miss), dev evaluations, steady ms/step by bucket, checkpoints,
+              whole wall, dev F1. A call of its own: `--stages=versions,trainer --budget_s=560`
+              (docs/device/README.md)
   attention   first cuDNN's fused dropout, read off exactly (one-hot values): drop rate, and whether its masks differ
               between two steps (calls) and between layers (seeds), the condition for using it in training
               (`gp_jax.ops.attention.CUDNN_DROPOUT_VERIFIED`); then cuDNN vs XLA attention in bf16 against an f32
@@ -26,16 +34,22 @@ compilation cache (--cache_dir); the numerics stages (attention, precision) comp
   extras      dropout bits (hash vs threefry) on the 2-layer step; a blocked vs an unblocked step loop
 
 DIR gets device_check.json (a section per stage with its status: ok, skipped (why), failed (error), timeout),
-device_check.md (the same as tables) and device_check.log (the children's output). `--tiny`: every stage on tiny
-shapes on the CPU (torch and cuDNN parts skipped with their reason); the test suite runs it.
+device_check.md (the same as tables) and device_check.log (the children's output, the trainer runs' too). `--tiny`:
+every stage on tiny shapes on the CPU (torch and cuDNN parts skipped with their reason; the trainer on synthetic data
+with a 2-layer BERT); the test suite runs it.
 
-On the lent GPU (docs/benchmarks.md: wheels from `benchmarks/device_wheels.sh`, installed offline):
-  python -m benchmarks.device_check --out=$OUT --budget_s=480
+On the lent GPU (docs/device/README.md: wheels from `benchmarks/device_wheels.sh`, installed offline), in two calls
+of at most 600 s:
+  python -m benchmarks.device_check --out=$OUT --stages=versions,trainer --budget_s=560 --data_dir=.devcarry/data \
+    --anchor=.devcarry/torch_cluener.py
+  python -m benchmarks.device_check --out=$OUT --stages=versions,attention,precision,train_step,span_loss,extras \
+    --budget_s=480
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import datetime
 import json
@@ -43,14 +57,17 @@ import math
 import os
 import pathlib
 import platform
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import traceback
 
-STAGES = ("versions", "attention", "precision", "train_step", "span_loss", "extras")
-SHARES = {"versions": 0.5, "attention": 1.0, "precision": 1.6, "train_step": 5.0, "span_loss": 0.8, "extras": 0.5}
+STAGES = ("versions", "trainer", "attention", "precision", "train_step", "span_loss", "extras")
+SHARES = {"versions": 0.5, "trainer": 7.0, "attention": 1.0, "precision": 1.6, "train_step": 5.0, "span_loss": 0.8,
+          "extras": 0.5}
 # Stages that check numerics, not speed: their programs skip XLA's GPU autotuning (compiles took 20-45 s each with it
 # on an H200, and cut both stages short on 2026-11-26).
 NO_AUTOTUNE = ("attention", "precision")
@@ -103,14 +120,26 @@ def shapes(tiny: bool) -> dict:
   tiny_bert = dict(inputs.BERT_BASE, num_hidden_layers=2, hidden_size=32, num_attention_heads=2,
                    intermediate_size=64, vocab_size=1200)
   if tiny:
-    return {"peak_n": 256, "attn": dict(B=3, lengths=(16, 12), heads=2, head_dim=8), "probe_L": 8,
+    trainer = {"config": "experiments/synthetic.py:encoder=bert", "corpus": None, "lowercase": False, "min_run_s": 5,
+               "hf": dict(tiny_bert, max_position_embeddings=128, vocab_size=None),
+               "runs": ("cold", "warm", "anchor", "warm_spe0"),  # other_head: a third cold compile, ~30 s here
+               # 24 steps before the first evaluation: fewer would leave a model whose hits overflow the eval's hit
+               # buffer, and the bigger buffer's program compiles on first use
+               "overrides": ["--config.num_train_steps=48", "--config.num_epochs=0", "--config.eval_every_steps=24",
+                             "--config.checkpoint_every_steps=24", "--config.log_every_steps=8",
+                             "--config.data.synthetic_records=200", "--config.data.max_eval_records=48",
+                             "--config.eval_batch_size=16", "--config.progress_bar=True"],
+               "env": {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}}  # CPU programs compile in under 1 s
+    return {"peak_n": 256, "trainer": trainer, "attn": dict(B=3, lengths=(16, 12), heads=2, head_dim=8), "probe_L": 8,
             "precision": dict(hf=tiny_bert, B=2, L=16, steps=3), "train": dict(hf=tiny_bert, B=2, L=16, steps=2),
             "span": dict(lengths=(32, 64), H=4, D=32, block=16, iters=2),
             "extras": dict(hf=tiny_bert, B=2, L=16, steps=2)}
   two_layer = dict(inputs.BERT_BASE, num_hidden_layers=2)
-  return {"peak_n": 8192, "attn": dict(B=16, lengths=(256, 200), heads=12, head_dim=64), "probe_L": 64,
-          "precision": dict(hf=two_layer, B=16, L=128, steps=30), "train": dict(hf=dict(inputs.BERT_BASE), B=16, L=256,
-                                                                                 steps=10),
+  trainer = {"config": "experiments/su2022.py:dataset=cluener2020,epochs=2", "corpus": "cluener2020", "lowercase": True,
+             "min_run_s": 30, "hf": dict(inputs.BERT_BASE), "overrides": [], "env": {}, "runs": TRAINER_RUNS}
+  return {"peak_n": 8192, "trainer": trainer, "attn": dict(B=16, lengths=(256, 200), heads=12, head_dim=64),
+          "probe_L": 64, "precision": dict(hf=two_layer, B=16, L=128, steps=30),
+          "train": dict(hf=dict(inputs.BERT_BASE), B=16, L=256, steps=10),
           "span": dict(lengths=(512, 2048, 8192), H=50, D=768, block=512, iters=5),
           "extras": dict(hf=two_layer, B=16, L=256, steps=10)}
 
@@ -196,6 +225,296 @@ def stage_versions(rec: Recorder, ctx: dict) -> None:
     rec.set("peaks_gflops", peaks)
   rec.set("peak_note", f"{n}^3 matmul, best of 7; tf32 = float32 at jax's default precision (TF32 on a GPU's "
                        "tensor cores; plain f32 on a CPU), f32 = precision highest")
+
+
+# ----------------------------------------------------------------------------- stage: trainer
+
+
+# The anchor right after the warm run: what does not fit one call's budget can run in a second call, where a first
+# run fills the compilation cache that warm_spe0 and other_head start from.
+TRAINER_RUNS = ("cold", "warm", "anchor", "warm_spe0", "other_head")
+TRAINER_LABELS = {"cold": "cold", "warm": "warm", "warm_spe0": "warm, steps_per_execution=0",
+                  "other_head": "other head (efficient), after warm", "anchor": "torch anchor (eager)"}
+ANCHOR_EPOCHS = 2  # the trainer's epochs=2
+_N = r"([\d.,]+|nan|inf)"
+TRAINER_PATTERNS = {
+    "program": re.compile(r"compiled ahead: (train|eval) L(\d+) B(\d+)(?: hits (\d+))?: " + _N + r" s \(cache "
+                          r"(hit|miss)\)"),
+    "ahead": re.compile(r"compiled ahead: (\d+) programs? in " + _N + r" s wall, " + _N + r" s of compile summed, "
+                        r"(\d+) threads?"),
+    "program_failed": re.compile(r"compiled ahead: (train|eval) L(\d+) B(\d+)(?: hits (\d+))?: failed \((\w+)\)"),
+    "on_use": re.compile(r"(\S+): (.*) not compiled ahead; compiling on first use"),
+    "hit_growth": re.compile(r"(\S+): (\d+) hits in one batch, growing the hit buffer to (\d+)"),
+    "first_step": re.compile(r"first step after " + _N + r" s \(compile " + _N + r" s\)"),
+    "eval": re.compile(r"dev@(\d+) evaluation: " + _N + " s"),
+    "eval_progress": re.compile(r"dev@(\d+): (\d+)/(\d+) batches in " + _N + " s"),  # reporting.progress
+    "pace": re.compile(r"train pace L(\d+): (\d+) steps, " + _N + " ms/step, " + _N + " tokens/s"),
+    "checkpoint": re.compile(r"checkpoint at step (\d+): " + _N + " s"),
+    "calls": re.compile(r"(\d+) steps in (\d+) calls"),
+    "done": re.compile(r"Done \((\w+)\) in " + _N + r" minutes(?:: (\{.*\}))?"),
+    "backend": re.compile(r"Mesh .* over (\d+) devices \((\w+)\)"),
+}
+ANCHOR_PATTERNS = {
+    "setup": re.compile(r"setup " + _N + r" s, (\d+) train, (\d+) dev, (\d+) types"),
+    "first_step": re.compile(r"first step after " + _N + " s"),
+    "epoch": re.compile(r"epoch (\d+): train " + _N + r" s \((\d+) steps\), dev " + _N + r" s, span F1 " + _N
+                        + r", loss (\S+)"),
+    "done": re.compile(r"done in " + _N + " s"),
+}
+
+
+def _num(s: str) -> float:
+  try:
+    return float(s.replace(",", ""))
+  except ValueError:
+    return float("nan")
+
+
+def _lines(text: str) -> list[str]:
+  return re.split(r"[\r\n]+", text)
+
+
+def parse_trainer_log(text: str) -> dict:
+  """What the trainer's log says about its own time: compiles, first step, evaluations, pace, checkpoints; None (or
+  empty) for every line it did not print."""
+  out = {"backend": None, "programs": [], "compile_programs": None, "compile_wall_s": None, "compile_summed_s": None,
+         "compile_threads": None, "first_step_s": None, "first_step_compile_s": None, "evals": [], "pace": {},
+         "checkpoints": [], "steps": None, "calls": None, "done_status": None, "done_minutes": None, "done": None,
+         "compiled_on_use": [], "hit_growths": []}
+  progress_evals = []
+  for line in _lines(text):
+    if m := TRAINER_PATTERNS["program"].search(line):
+      out["programs"].append({"step": m[1], "L": int(m[2]), "B": int(m[3]), "hits": m[4] and int(m[4]),
+                              "s": _num(m[5]), "cache": m[6]})
+    elif m := TRAINER_PATTERNS["program_failed"].search(line):
+      out["programs"].append({"step": m[1], "L": int(m[2]), "B": int(m[3]), "hits": m[4] and int(m[4]), "s": None,
+                              "cache": f"failed ({m[5]})"})
+    elif m := TRAINER_PATTERNS["on_use"].search(line):
+      out["compiled_on_use"].append(f"{m[1]}: {m[2]}")
+    elif m := TRAINER_PATTERNS["hit_growth"].search(line):
+      out["hit_growths"].append({"at": m[1], "hits": int(m[2]), "size": int(m[3])})
+    elif m := TRAINER_PATTERNS["ahead"].search(line):
+      out.update(compile_programs=int(m[1]), compile_wall_s=_num(m[2]), compile_summed_s=_num(m[3]),
+                 compile_threads=int(m[4]))
+    elif (m := TRAINER_PATTERNS["first_step"].search(line)) and out["first_step_s"] is None:
+      out.update(first_step_s=_num(m[1]), first_step_compile_s=_num(m[2]))
+    elif m := TRAINER_PATTERNS["eval"].search(line):
+      out["evals"].append({"step": int(m[1]), "s": _num(m[2])})
+    elif (m := TRAINER_PATTERNS["eval_progress"].search(line)) and m[2] == m[3]:
+      progress_evals.append({"step": int(m[1]), "s": _num(m[4])})
+    elif m := TRAINER_PATTERNS["pace"].search(line):
+      out["pace"][m[1]] = {"steps": int(m[2]), "ms_per_step": _num(m[3]), "tokens_per_s": _num(m[4])}
+    elif m := TRAINER_PATTERNS["checkpoint"].search(line):
+      out["checkpoints"].append({"step": int(m[1]), "s": _num(m[2])})
+    elif m := TRAINER_PATTERNS["calls"].search(line):
+      out.update(steps=int(m[1]), calls=int(m[2]))
+    elif m := TRAINER_PATTERNS["done"].search(line):
+      out.update(done_status=m[1], done_minutes=_num(m[2]))
+      with contextlib.suppress(ValueError, SyntaxError):
+        out["done"] = ast.literal_eval(m[3]) if m[3] else None
+    elif (m := TRAINER_PATTERNS["backend"].search(line)) and out["backend"] is None:
+      out["backend"] = m[2]
+  if not out["evals"]:  # a trainer without the evaluation line: reporting.progress's end-of-evaluation line
+    out["evals"] = progress_evals
+  out["eval_first_s"] = out["evals"][0]["s"] if out["evals"] else None
+  out["eval_second_s"] = out["evals"][1]["s"] if len(out["evals"]) > 1 else None
+  out["cache_hits"] = sum(p["cache"] == "hit" for p in out["programs"])
+  out["cache_misses"] = sum(p["cache"] == "miss" for p in out["programs"])
+  return out
+
+
+def parse_anchor_log(text: str) -> dict:
+  """torch_cluener.py's lines: setup, first step, per-epoch train and evaluation seconds with dev F1, whole wall."""
+  out = {"setup_s": None, "first_step_s": None, "epochs": [], "done_s": None}
+  for line in _lines(text):
+    if m := ANCHOR_PATTERNS["setup"].search(line):
+      out["setup_s"] = _num(m[1])
+    elif (m := ANCHOR_PATTERNS["first_step"].search(line)) and out["first_step_s"] is None:
+      out["first_step_s"] = _num(m[1])
+    elif m := ANCHOR_PATTERNS["epoch"].search(line):
+      out["epochs"].append({"epoch": int(m[1]), "train_s": _num(m[2]), "steps": int(m[3]), "eval_s": _num(m[4]),
+                            "f1": _num(m[5]), "loss": _num(m[6])})
+    elif m := ANCHOR_PATTERNS["done"].search(line):
+      out["done_s"] = _num(m[1])
+  ep = out["epochs"]
+  out.update(eval_first_s=ep[0]["eval_s"] if ep else None, eval_second_s=ep[1]["eval_s"] if len(ep) > 1 else None,
+             dev_f1=ep[-1]["f1"] if ep else None)
+  return out
+
+
+def write_fake_bert(folder: pathlib.Path, texts, *, hf: dict, lowercase: bool, word_pieces: bool) -> dict:
+  """A BERT folder (config.json, model.safetensors, fast tokenizer) with random weights and a char vocabulary of
+  `texts` by frequency, written with transformers as a hub checkpoint would be; reused when its spec matches."""
+  import collections  # pylint: disable=g-import-not-at-top
+
+  chars = collections.Counter()
+  for text in texts:
+    chars.update(text.lower() if lowercase else text)
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [c for c, _ in chars.most_common() if not c.isspace()]
+  if word_pieces:  # words of several chars (latin text) need their continuation pieces
+    vocab += ["##" + c for c in vocab[5:]]
+  hf = dict(hf, vocab_size=hf.get("vocab_size") or len(vocab))
+  vocab = vocab[:hf["vocab_size"]]
+  spec = {"hf": hf, "lowercase": lowercase, "vocab_rows": len(vocab), "vocab_head": "".join(vocab[5:200])}
+  if (folder / "fake_bert.json").exists() and json.loads((folder / "fake_bert.json").read_text()) == spec:
+    return dict(spec, reused=True)
+  import torch  # pylint: disable=g-import-not-at-top
+  from transformers import BertConfig, BertModel, BertTokenizerFast  # pylint: disable=g-import-not-at-top
+
+  shutil.rmtree(folder, ignore_errors=True)
+  folder.mkdir(parents=True)
+  (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+  # Positional: transformers 4 calls it vocab_file, 5 vocab (and drops an unknown vocab_file, leaving 5 rows).
+  BertTokenizerFast(str(folder / "vocab.txt"), do_lower_case=lowercase).save_pretrained(folder)
+  if len(BertTokenizerFast.from_pretrained(folder)) != len(vocab):
+    raise RuntimeError(f"{folder}: the saved tokenizer lost its vocabulary ({len(vocab)} rows in vocab.txt)")
+  torch.manual_seed(0)
+  BertModel(BertConfig(**{k: v for k, v in hf.items() if k != "model_type"})).save_pretrained(folder)
+  (folder / "fake_bert.json").write_text(json.dumps(spec))
+  return dict(spec, reused=False)
+
+
+def _spe_in_config() -> bool:
+  from gp_jax.configs import base  # pylint: disable=g-import-not-at-top
+
+  return "steps_per_execution" in base.get_config()
+
+
+def _run_logged(name: str, cmd: list[str], *, env: dict, timeout: float, scratch: pathlib.Path) -> tuple:
+  """(exit code or None on timeout, seconds, output): `cmd` from the repo root, its output also in the stage's log."""
+  log_path = scratch / f"{name}.out"
+  t0 = time.time()
+  with open(log_path, "w") as f:
+    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    try:
+      rc = proc.wait(timeout=max(1.0, timeout))
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      proc.wait()
+      rc = None
+  seconds = time.time() - t0
+  text = log_path.read_text(errors="replace")
+  print(f"----- {name}: {' '.join(cmd)} (exit {rc}, {seconds:.1f} s) -----\n{text}\n----- end {name} -----", flush=True)
+  return rc, seconds, text
+
+
+def _f1(results: dict, split: str) -> float | None:
+  got = results.get(split)
+  return got.get("f1") if isinstance(got, dict) else None
+
+
+def _run_status(rc) -> str:
+  return "timeout" if rc is None else "ok" if rc == 0 else "failed"
+
+
+def stage_trainer(rec: Recorder, ctx: dict) -> None:
+  """`python -m gp_jax.main` as a user runs it: cold and warm compilation cache, another head, then the PyTorch
+  anchor on the same card; what each run spends, from its own log."""
+  s, args = ctx["shapes"]["trainer"], ctx["args"]
+  wanted = [r.strip() for r in args.trainer_runs.split(",") if r.strip()] or list(s["runs"])
+  scratch = pathlib.Path(args.scratch_dir)
+  scratch.mkdir(parents=True, exist_ok=True)
+  env = dict(os.environ, GP_JAX_TFDS_DIR=str(scratch / "tfds"))
+  env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the runs name their cache folder
+  env.update(s["env"])
+  if ctx["tiny"]:
+    from gp_jax.data.sources import synthetic_records  # pylint: disable=g-import-not-at-top
+
+    texts, data_root = [r["text"] for r in synthetic_records(600, seed=0, prefix="train")], None
+  else:
+    from gp_jax.data import corpora  # pylint: disable=g-import-not-at-top
+
+    data_root = pathlib.Path(args.data_dir) if args.data_dir else corpora.default_manual_dir(s["corpus"]).parent
+    data_root = data_root.resolve()
+    train_file = data_root / s["corpus"] / "train.json"
+    if not train_file.is_file():
+      rec.data.update(skipped(f"no {train_file} (--data_dir or $GP_JAX_DATA: a folder holding {s['corpus']}/)"))
+      return
+    with train_file.open(encoding="utf-8") as f:
+      texts = [json.loads(line)["text"] for line in f]
+    env["GP_JAX_DATA"] = str(data_root)
+  rec.set("setup", {"config": s["config"], "overrides": s["overrides"], "scratch": str(scratch),
+                    "data_dir": data_root and str(data_root), "runs": wanted,
+                    "env": {k: env.get(k) for k in ("XLA_FLAGS", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+                                                     "XLA_PYTHON_CLIENT_PREALLOCATE", "JAX_PLATFORMS")}})
+  t0 = time.perf_counter()
+  fake = scratch / "fake_bert"
+  spec = write_fake_bert(fake, texts, hf=s["hf"], lowercase=s["lowercase"], word_pieces=ctx["tiny"])
+  rec.set("fake_bert", {"seconds": round(time.perf_counter() - t0, 1), "vocab_rows": spec["vocab_rows"],
+                        "reused": spec["reused"], **{k: spec["hf"][k] for k in ("vocab_size", "num_hidden_layers",
+                                                                                "hidden_size")}})
+  spe = _spe_in_config()
+  rec.set("steps_per_execution", {"in_config": spe, "note": "warm_spe0: the warm run again at "
+                                  "--config.steps_per_execution=0" if spe else "no steps_per_execution key in "
+                                  "gp_jax/configs/base.py: run warm_spe0 not made"})
+  cache = scratch / "jax_cache"
+  extra = {"cold": [], "warm": [], "warm_spe0": ["--config.steps_per_execution=0"],
+           "other_head": ["--config.model.head=efficient"]}
+  backend = None
+  for name in TRAINER_RUNS:
+    if name not in wanted:
+      continue
+    left = ctx["deadline"] - time.time()
+    if name == "anchor":
+      why = anchor_reason(args, tiny=ctx["tiny"], backend=backend)
+      if why is None and left < s["min_run_s"]:
+        why = f"no time left in the stage's limit ({left:.0f} s)"
+      if why is not None:
+        rec.update("runs", name, skipped(why))
+        continue
+      cmd = [sys.executable, str(pathlib.Path(args.anchor).resolve()), str(data_root / s["corpus"]), str(fake),
+             str(ANCHOR_EPOCHS), "eager"]
+      rec.update("runs", name, {"status": "running", "command": " ".join(cmd)})
+      rc, seconds, text = _run_logged(name, cmd, env=env, timeout=left, scratch=scratch)
+      rec.update("runs", name, {"status": _run_status(rc), "command": " ".join(cmd), "rc": rc,
+                                "wall_s": round(seconds, 1), **parse_anchor_log(text),
+                                **({"log_tail": text[-3000:]} if rc != 0 else {})})
+      continue
+    if name == "warm_spe0" and not spe:
+      rec.update("runs", name, skipped("gp_jax/configs/base.py has no steps_per_execution key"))
+      continue
+    if left < s["min_run_s"]:
+      rec.update("runs", name, skipped(f"no time left in the stage's limit ({left:.0f} s)"))
+      continue
+    if name == "cold":
+      shutil.rmtree(cache, ignore_errors=True)
+    workdir = scratch / f"workdir_{name}"
+    shutil.rmtree(workdir, ignore_errors=True)
+    cmd = [sys.executable, "-m", "gp_jax.main", f"--config={s['config']}", f"--workdir={workdir}",
+           f"--config.model.pretrained={fake}", f"--config.compilation_cache={cache}", *s["overrides"], *extra[name]]
+    rec.update("runs", name, {"status": "running", "command": " ".join(cmd)})
+    rc, seconds, text = _run_logged(name, cmd, env=env, timeout=left, scratch=scratch)
+    parsed = parse_trainer_log(text)
+    results_path = workdir / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    backend = backend or parsed["backend"]
+    rec.update("runs", name, {"status": _run_status(rc), "command": " ".join(cmd), "rc": rc,
+                              "wall_s": round(seconds, 1), "wall_minutes": results.get("wall_minutes"),
+                              "dev_f1": _f1(results, "dev"), "test_f1": _f1(results, "test"), **parsed,
+                              **({"log_tail": text[-3000:]} if rc != 0 else {})})
+    shutil.rmtree(workdir, ignore_errors=True)  # checkpoints: GBs at BERT-base
+
+
+def anchor_reason(args, *, tiny: bool, backend: str | None) -> str | None:
+  """Why the PyTorch anchor cannot run here, or None."""
+  if not args.anchor:
+    return "no --anchor given (the PyTorch port's script)"
+  if tiny:
+    return "the anchor runs on a GPU only (--tiny runs on the CPU)"
+  if backend not in (None, "gpu"):  # None: no trainer run before it in this call; torch decides below
+    return f"the anchor runs on a GPU only (the trainer ran on {backend})"
+  if not pathlib.Path(args.anchor).is_file():
+    return f"--anchor={args.anchor} is not a file"
+  try:
+    probe = subprocess.run([sys.executable, "-c", "import torch, transformers; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True, timeout=120, check=False)
+  except subprocess.TimeoutExpired:
+    return "importing torch took over 120 s"
+  if probe.returncode:
+    return f"torch/transformers not importable ({probe.stderr.strip().splitlines()[-1:]})"
+  if probe.stdout.strip().splitlines()[-1:] != ["True"]:
+    return "torch sees no CUDA device"
+  return None
 
 
 # ----------------------------------------------------------------------------- stage b: attention
@@ -576,8 +895,9 @@ def stage_extras(rec: Recorder, ctx: dict) -> None:
                                 "last"})
 
 
-STAGE_FNS = {"versions": stage_versions, "attention": stage_attention, "precision": stage_precision,
-             "train_step": stage_train_step, "span_loss": stage_span_loss, "extras": stage_extras}
+STAGE_FNS = {"versions": stage_versions, "trainer": stage_trainer, "attention": stage_attention,
+             "precision": stage_precision, "train_step": stage_train_step, "span_loss": stage_span_loss,
+             "extras": stage_extras}
 
 
 # ----------------------------------------------------------------------------- child
@@ -587,10 +907,13 @@ def run_child(args) -> int:
   from gp_jax import runtime  # pylint: disable=g-import-not-at-top
 
   runtime.configure()
+  start = time.time()
   out = pathlib.Path(args.out)
   rec = Recorder(out / f"_stage_{args.stage}.json")
   prev_path = out / RESULT
-  ctx = {"shapes": shapes(args.tiny), "tiny": args.tiny,
+  margin = max(3.0, 0.03 * args.limit_s)  # to stop a subprocess and write its results before the parent's kill
+  ctx = {"shapes": shapes(args.tiny), "tiny": args.tiny, "args": args,
+         "deadline": start + args.limit_s - margin if args.limit_s else math.inf,
          "previous": json.loads(prev_path.read_text()).get("stages", {}) if prev_path.exists() else {}}
   try:
     STAGE_FNS[args.stage](rec, ctx)
@@ -616,8 +939,9 @@ def stage_limits(remaining: float, todo: list[str]) -> float:
 def child_env(args, stage: str) -> dict:
   env = dict(os.environ)
   env["JAX_COMPILATION_CACHE_DIR"] = args.cache_dir
-  env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
-  env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch shares the GPU in stage train_step
+  if stage != "trainer":  # the trainer runs as a user's command does
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch shares the GPU in stage train_step
   env["PYTHONUNBUFFERED"] = "1"
   env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
   if args.tiny:
@@ -632,7 +956,9 @@ def run_stage(args, stage: str, limit: float, log) -> dict:
   part = out / f"_stage_{stage}.json"
   part.unlink(missing_ok=True)
   cmd = [sys.executable, "-m", "benchmarks.device_check", f"--out={args.out}", f"--stage={stage}",
-         f"--cache_dir={args.cache_dir}"] + (["--tiny"] if args.tiny else [])
+         f"--cache_dir={args.cache_dir}", f"--limit_s={limit:.1f}", f"--data_dir={args.data_dir}",
+         f"--anchor={args.anchor}", f"--trainer_runs={args.trainer_runs}", f"--scratch_dir={args.scratch_dir}"]
+  cmd += ["--tiny"] if args.tiny else []
   log.write(f"\n===== stage {stage} (limit {limit:.0f} s) {datetime.datetime.now(datetime.timezone.utc):%H:%M:%S} "
             "UTC =====\n")
   log.flush()
@@ -674,7 +1000,15 @@ def main(argv=None) -> int:
   p.add_argument("--stages", default=",".join(STAGES), help=f"comma list, in order, of {', '.join(STAGES)}")
   p.add_argument("--cache_dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "gp_jax_device_check_cache"),
                  help="the persistent compilation cache all stages share")
+  p.add_argument("--data_dir", default=os.environ.get("GP_JAX_DATA", ""),
+                 help="trainer: the folder holding cluener2020/ (default $GP_JAX_DATA, else gp_jax's default)")
+  p.add_argument("--anchor", default="", help="trainer: the PyTorch port's script (torch_cluener.py); none: skipped")
+  p.add_argument("--trainer_runs", default="", help=f"trainer: comma list of {', '.join(TRAINER_RUNS)} (run in "
+                 "this order; default all, --tiny all but other_head)")
+  p.add_argument("--scratch_dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "gp_jax_device_trainer"),
+                 help="trainer: the fake BERT, the runs' compilation cache, workdirs and output (not under --out)")
   p.add_argument("--stage", default="", help=argparse.SUPPRESS)
+  p.add_argument("--limit_s", type=float, default=0.0, help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
   if args.stage:
@@ -683,6 +1017,9 @@ def main(argv=None) -> int:
   unknown = [s for s in todo if s not in STAGES]
   if unknown:
     p.error(f"unknown stages {unknown}; known: {', '.join(STAGES)}")
+  unknown = [r for r in args.trainer_runs.split(",") if r.strip() and r.strip() not in TRAINER_RUNS]
+  if unknown:
+    p.error(f"unknown trainer runs {unknown}; known: {', '.join(TRAINER_RUNS)}")
   os.makedirs(args.cache_dir, exist_ok=True)
   out = pathlib.Path(args.out)
   start = time.time()
@@ -715,6 +1052,52 @@ def _fmt(x, spec=".3g") -> str:
   return str(x)
 
 
+def trainer_markdown(t: dict) -> list[str]:
+  """The trainer stage's table: one row per run."""
+  if not t.get("runs"):
+    return []
+  setup, fake = t.get("setup", {}), t.get("fake_bert", {})
+  lines = ["", f"## Trainer: `python -m gp_jax.main --config={setup.get('config')}` "
+           f"{' '.join(setup.get('overrides', []))}", "",
+           f"Fake BERT ({fake.get('num_hidden_layers')} layers, D={fake.get('hidden_size')}, vocabulary "
+           f"{fake.get('vocab_size')} rows, {fake.get('vocab_rows')} in vocab.txt; random weights). Seconds; compile: "
+           "the compile-ahead line's wall / summed seconds, programs and cache hits / misses; steady: `train pace` "
+           f"ms/step by bucket. steps_per_execution: {t.get('steps_per_execution', {}).get('note', '-')}.", "",
+           "| run | status | first step (compile) | compile wall / summed | programs (hit / miss) | eval 1 / 2 | "
+           "steady ms/step | checkpoint | whole wall | dev F1 |", "|---|---|---|---|---|---|---|---|---|---|"]
+  for name, r in t["runs"].items():
+    label = TRAINER_LABELS.get(name, name)
+    if r.get("status") == "skipped":
+      lines.append(f"| {label} | skipped: {r.get('why')} | | | | | | | | |")
+      continue
+    status = r.get("status", "-") + (f" (exit {r['rc']})" if r.get("rc") not in (0, None) else "")
+    evals = f"{_fmt(r.get('eval_first_s'), '.2f')} / {_fmt(r.get('eval_second_s'), '.2f')}"
+    if name == "anchor":
+      epochs = " / ".join(f"{e['train_s']:.1f} s ({e['steps']})" for e in r.get("epochs", []))
+      lines.append(f"| {label} | {status} | {_fmt(r.get('first_step_s'), '.1f')} | - | - | {evals} | "
+                   f"epochs (steps): {epochs or '-'} | - | {_fmt(r.get('done_s') or r.get('wall_s'), '.1f')} | "
+                   f"{_fmt(r.get('dev_f1'), '.4f')} |")
+      continue
+    first = (f"{_fmt(r.get('first_step_s'), '.1f')} ({_fmt(r.get('first_step_compile_s'), '.1f')})"
+             if r.get("first_step_s") is not None else "-")
+    compile_s = (f"{_fmt(r.get('compile_wall_s'), '.1f')} / {_fmt(r.get('compile_summed_s'), '.1f')}"
+                 if r.get("compile_wall_s") is not None else "-")
+    programs = (f"{len(r['programs'])} ({r.get('cache_hits')} / {r.get('cache_misses')})" if r.get("programs")
+                else "-")
+    pace = ", ".join(f"L{k} {_fmt(v['ms_per_step'], '.1f')}" for k, v in r.get("pace", {}).items()) or "-"
+    ckpt = ", ".join(_fmt(c["s"], ".2f") for c in r.get("checkpoints", [])) or "-"
+    lines.append(f"| {label} | {status} | {first} | {compile_s} | {programs} | {evals} | {pace} | {ckpt} | "
+                 f"{_fmt(r.get('wall_s'), '.1f')} | {_fmt(r.get('dev_f1'), '.4f')} |")
+  for name, r in t["runs"].items():
+    notes = [f"compiled on first use: {'; '.join(r['compiled_on_use'])}"] if r.get("compiled_on_use") else []
+    growths = ", ".join(f"{g['at']} {g['hits']} hits -> {g['size']}" for g in r.get("hit_growths", []))
+    notes += [f"hit buffer grown: {growths}"] if growths else []
+    notes += [f"{r['steps']} steps in {r['calls']} calls"] if r.get("calls") else []
+    if notes:
+      lines.append(f"- {TRAINER_LABELS.get(name, name)}: {'; '.join(notes)}")
+  return lines
+
+
 def markdown(result: dict) -> str:
   st = result["stages"]
   lines = [f"# Device check, {result['started_utc']} UTC", "",
@@ -734,6 +1117,7 @@ def markdown(result: dict) -> str:
     lines += ["", f"Matmul peaks, GFLOP/s ({v.get('peak_note', '')}):", "", "| dtype | jax | torch |", "|---|---|---|"]
     lines += [f"| {k} | {_fmt(x.get('jax'), '.0f')} | {_fmt(x.get('torch'), '.0f')} |" for k, x in
               v["peaks_gflops"].items()]
+  lines += trainer_markdown(st.get("trainer", {}))
   a = st.get("attention", {})
   if a.get("compare"):
     lines += ["", "## Attention: bf16 against f32 XLA", "", a.get("compare_note", ""), "",

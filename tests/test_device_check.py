@@ -1,5 +1,6 @@
 """benchmarks.device_check --tiny: every stage runs on the CPU (cuDNN and torch parts skipped with their reason),
-the results say what was measured, and a stage cut off by its limit keeps its status."""
+the results say what was measured, and a stage cut off by its limit keeps its status; the trainer stage's log
+parsers; benchmarks/device_wheels.sh's import check."""
 
 import json
 import subprocess
@@ -7,23 +8,121 @@ import sys
 
 import pytest
 
+from benchmarks import device_check
 from tests import helpers_train
 
-pytestmark = pytest.mark.e2e
+TRAINER_LOG = """\
+I1126 17:12:21.457494 140139521958208 train.py:84] Mesh {'data': 1, 'fsdp': 1} over 1 devices (gpu)
+I1126 17:12:30.1 1401 aot.py:246] compiled ahead: eval L64 B32 hits 1024: 0.80 s (cache hit)
+I1126 17:12:30.2 1401 aot.py:246] compiled ahead: train L64 B16: 3.21 s (cache miss)
+2026-11-26 17:12:30,300 INFO gp_jax.aot: compiled ahead: train L128 B16: failed (XlaRuntimeError)
+I1126 17:12:30.4 1401 aot.py:247] compiled ahead: 8 programs in 12.3 s wall, 20.1 s of compile summed, 2 threads
+I1126 17:14:21.486810 140139521958208 train.py:175] first step after 163.6 s (compile 134.5 s)
+I1126 17:15:04.382674 140139521958208 reporting.py:112] dev@672: 1/21 batches (5%), 35 s
+I1126 17:15:04.514537 140139521958208 reporting.py:115] dev@672: 21/21 batches in 35.4 s
+I1126 17:15:04.6 1401 steps.py:269] dev@672: 558 hits in one batch, growing the hit buffer to 1024
+I1126 17:15:04.6 1401 steps.py:259] dev@672: eval L64 B32 hits 2048 not compiled ahead; compiling on first use
+I1126 17:15:04.7 1401 train.py:143] dev@672 evaluation: 1.23 s
+I1126 17:15:05.0 1401 train.py:234] checkpoint at step 672: 0.41 s
+I1126 17:15:17.555580 140139521958208 reporting.py:115] dev@1344: 21/21 batches in 0.2 s
+I1126 17:15:17.6 1401 train.py:143] dev@1344 evaluation: 0.21 s\r
+I1126 17:15:18.0 1401 train.py:295] train pace L64: 612 steps, 8.12 ms/step, 51234 tokens/s
+I1126 17:15:18.0 1401 train.py:295] train pace L128: 60 steps, 11.50 ms/step, 38,000 tokens/s
+I1126 17:15:18.1 1401 train.py:302] 1344 steps in 168 calls
+I1126 17:15:20.227025 140139521958208 train.py:349] Done (finished) in 3.9 minutes: {'dev': 0.0, 'test': nan}
+"""
+
+ANCHOR_LOG = """\
+setup 12.3 s, 10748 train, 1343 dev, 10 types, compiled=False
+first step after 19.5 s
+epoch 1: train 34.5 s (672 steps), dev 1.2 s, span F1 0.0000, loss 1.2345
+epoch 2: train 32.5 s (1344 steps), dev 0.5 s, span F1 0.0123, loss nan
+done in 84.5 s
+"""
 
 
 def _run(out, *args, timeout=600):
   return subprocess.run([sys.executable, "-m", "benchmarks.device_check", f"--out={out}", "--tiny",
-                         f"--cache_dir={out}/cache", *args], cwd=helpers_train.REPO, env=helpers_train.subprocess_env(1),
-                        capture_output=True, text=True, timeout=timeout, check=False)
+                         f"--cache_dir={out}/cache", f"--scratch_dir={out}/scratch", *args], cwd=helpers_train.REPO,
+                        env=helpers_train.subprocess_env(1), capture_output=True, text=True, timeout=timeout,
+                        check=False)
 
 
+def test_trainer_log_parser_reads_every_line():
+  got = device_check.parse_trainer_log(TRAINER_LOG)
+  assert got["backend"] == "gpu"
+  assert got["programs"] == [{"step": "eval", "L": 64, "B": 32, "hits": 1024, "s": 0.8, "cache": "hit"},
+                             {"step": "train", "L": 64, "B": 16, "hits": None, "s": 3.21, "cache": "miss"},
+                             {"step": "train", "L": 128, "B": 16, "hits": None, "s": None,
+                              "cache": "failed (XlaRuntimeError)"}]
+  assert (got["cache_hits"], got["cache_misses"]) == (1, 1)
+  assert (got["compile_programs"], got["compile_wall_s"], got["compile_summed_s"], got["compile_threads"]) == (
+      8, 12.3, 20.1, 2)
+  assert (got["first_step_s"], got["first_step_compile_s"]) == (163.6, 134.5)
+  assert got["evals"] == [{"step": 672, "s": 1.23}, {"step": 1344, "s": 0.21}]  # not reporting.progress's lines
+  assert (got["eval_first_s"], got["eval_second_s"]) == (1.23, 0.21)
+  assert got["pace"] == {"64": {"steps": 612, "ms_per_step": 8.12, "tokens_per_s": 51234.0},
+                         "128": {"steps": 60, "ms_per_step": 11.5, "tokens_per_s": 38000.0}}
+  assert got["checkpoints"] == [{"step": 672, "s": 0.41}]
+  assert (got["steps"], got["calls"]) == (1344, 168)
+  assert (got["done_status"], got["done_minutes"], got["done"]) == ("finished", 3.9, None)  # nan: not a literal
+  assert got["hit_growths"] == [{"at": "dev@672", "hits": 558, "size": 1024}]
+  assert got["compiled_on_use"] == ["dev@672: eval L64 B32 hits 2048"]
+
+
+def test_trainer_log_parser_tolerates_missing_lines():
+  got = device_check.parse_trainer_log("I1126 train.py:175] first step after 146.8 s (compile 121.6 s)\n"
+                                       "I1126 reporting.py:115] dev@672: 21/21 batches in 35.4 s\n"
+                                       "I1126 reporting.py:115] dev@1344: 21/21 batches in 0.2 s\n")
+  assert got["first_step_s"] == 146.8 and got["programs"] == [] and got["compile_wall_s"] is None
+  assert (got["eval_first_s"], got["eval_second_s"]) == (35.4, 0.2)  # the progress lines when nothing better
+  assert got["pace"] == {} and got["steps"] is None and got["done_status"] is None
+  empty = device_check.parse_trainer_log("Traceback (most recent call last):\n")
+  assert empty["first_step_s"] is None and empty["eval_first_s"] is None and empty["evals"] == []
+
+
+def test_anchor_log_parser():
+  got = device_check.parse_anchor_log(ANCHOR_LOG)
+  assert (got["setup_s"], got["first_step_s"], got["done_s"]) == (12.3, 19.5, 84.5)
+  assert [(e["train_s"], e["steps"], e["eval_s"]) for e in got["epochs"]] == [(34.5, 672, 1.2), (32.5, 1344, 0.5)]
+  assert (got["eval_first_s"], got["eval_second_s"], got["dev_f1"]) == (1.2, 0.5, 0.0123)
+  assert device_check.parse_anchor_log("")["first_step_s"] is None
+
+
+@pytest.mark.e2e
+def test_tiny_trainer_stage(tmp_path):
+  proc = _run(tmp_path, "--budget_s=150", "--stages=trainer")
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  stage = json.loads((tmp_path / "device_check.json").read_text())["stages"]["trainer"]
+  assert stage["status"] == "ok", stage.get("error")
+  runs = stage["runs"]
+  assert list(runs) == ["cold", "warm", "anchor", "warm_spe0"]
+  assert runs["anchor"]["status"] == "skipped" and "--anchor" in runs["anchor"]["why"]
+  for name in ("cold", "warm"):
+    r = runs[name]
+    assert r["status"] == "ok" and r["rc"] == 0 and r["backend"] == "cpu", r.get("log_tail")
+    assert r["first_step_s"] > 0 and r["wall_s"] > 0 and r["dev_f1"] > 0.2  # the fake tokenizer has its vocabulary
+    assert len(r["evals"]) == 2
+    assert r["programs"] and r["compile_wall_s"] is not None and r["compile_programs"] == len(r["programs"])
+    assert r["pace"] and len(r["checkpoints"]) == 2 and r["steps"] == 48
+    # Every program is compiled before the first step: the first evaluation compiles nothing.
+    assert not r["compiled_on_use"], r["compiled_on_use"]
+    assert r["eval_first_s"] <= 1.5 * r["eval_second_s"] + 0.5, r["evals"]
+  assert runs["cold"]["cache_misses"] == len(runs["cold"]["programs"])
+  assert runs["warm"]["cache_hits"] == len(runs["warm"]["programs"])  # one cache: the warm run compiles nothing
+  md = (tmp_path / "device_check.md").read_text()
+  assert "## Trainer" in md and "| cold | ok |" in md and "skipped: no --anchor" in md
+
+
+@pytest.mark.e2e
 def test_tiny_run_covers_every_stage(tmp_path):
-  proc = _run(tmp_path, "--budget_s=400")
+  assert device_check.STAGES == ("versions", "trainer", "attention", "precision", "train_step", "span_loss", "extras")
+  others = [s for s in device_check.STAGES if s != "trainer"]  # the trainer has its own test above
+  proc = _run(tmp_path, "--budget_s=400", f"--stages={','.join(others)}")
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   result = json.loads((tmp_path / "device_check.json").read_text())
   stages = result["stages"]
-  assert list(stages) == ["versions", "attention", "precision", "train_step", "span_loss", "extras"]
+  assert list(stages) == others
   assert {s["status"] for s in stages.values()} == {"ok"}, {k: s.get("error") for k, s in stages.items()}
   assert stages["versions"]["versions"]["backend"] == "cpu"
   assert all(p["jax"] > 0 for p in stages["versions"]["peaks_gflops"].values())
@@ -48,9 +147,30 @@ def test_tiny_run_covers_every_stage(tmp_path):
   assert "## Train step" in md and "skipped: cuDNN needs a CUDA GPU" in md
 
 
+@pytest.mark.e2e
 def test_a_stage_past_its_limit_reports_timeout(tmp_path):
   proc = _run(tmp_path, "--budget_s=3", "--stages=precision", timeout=120)
   assert proc.returncode == 0, proc.stderr[-2000:]
   stage = json.loads((tmp_path / "device_check.json").read_text())["stages"]["precision"]
   assert stage["status"] == "timeout" and stage["limit_s"] <= 3.1
   assert "what it had measured is kept" in stage["why"]
+
+
+def _wheels_check(**env):
+  return subprocess.run(["bash", "benchmarks/device_wheels.sh", "--check"], cwd=helpers_train.REPO,
+                        env=helpers_train.subprocess_env(1, **env), capture_output=True, text=True, timeout=300,
+                        check=False)
+
+
+@pytest.mark.e2e
+def test_wheels_cover_the_trainers_imports():
+  """The trainer's imports and a CLUENER corpus built through TFDS, with only the GPU image and .whl/'s packages."""
+  proc = _wheels_check()
+  assert proc.returncode == 0 and "import check: ok" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.e2e
+def test_wheels_check_finds_a_missing_wheel():
+  proc = _wheels_check(GP_JAX_WHEELS_DROP="ml-collections")
+  assert proc.returncode != 0
+  assert "ml_collections: distribution ml-collections is neither in the GPU image nor in .whl/" in proc.stderr
