@@ -14,6 +14,9 @@ and CPU steal over the rounds.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import sys
 
 import jax
 
@@ -23,9 +26,21 @@ from gp_jax import sharding as shd
 from gp_jax.data import batching
 from gp_jax.evaluate import Evaluator, model_batch
 from gp_jax.factory import prepare_data
-from launch import sweep
 
 TAGGERS = ("crf", "softmax")
+
+
+def load_experiment(path: str):
+  """The experiment file at `path` as a module (its repo on sys.path, so it can import `experiments.*`)."""
+  spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+  if spec is None:
+    raise FileNotFoundError(f"no experiment file {path!r}")
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+  if repo not in sys.path:
+    sys.path.insert(0, repo)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def head_fns(config, tokenizer, types, mesh, head: str, batches, dev) -> dict:
@@ -59,7 +74,7 @@ def main(argv=None):
   args = p.parse_args(argv)
 
   path, _, arg = args.config.partition(":")
-  config = sweep.load_module(path).get_config(arg or None)
+  config = load_experiment(path).get_config(arg or None)
   config.data.max_train_records = args.train_records
   config.data.max_eval_records = args.predict_records
   splits, tokenizer, types = prepare_data(config)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import types as pytypes
 
 import jax
 import numpy as np
 
+from gp_jax import aot
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax import steps
@@ -100,10 +100,7 @@ def msra_config(overrides=None):
 
 def msra_inputs(vocab: int = 4734, bigram_vocab: int = 50002):
   """(tokenizer stand-in, synthetic_batch feature ranges) with the main job's vocabulary sizes."""
-  tokenizer = pytypes.SimpleNamespace(vocab_size=vocab, bigram_vocab_size=bigram_vocab,
-                                      feature_names=("input_ids", "bigram_ids"),
-                                      pad_values={"input_ids": 0, "bigram_ids": 0})
-  return tokenizer, {"input_ids": (2, vocab, 0), "bigram_ids": (2, bigram_vocab, 0)}
+  return aot.char_tokenizer(vocab, bigram_vocab), {"input_ids": (2, vocab, 0), "bigram_ids": (2, bigram_vocab, 0)}
 
 
 BERT_BASE = {  # bert-base-chinese's config.json, architecture fields
@@ -132,10 +129,7 @@ def encoder_source(model: str, layers: int):
 def bert_inputs(hf: dict):
   """(tokenizer stand-in, synthetic_batch feature ranges) of a BERT vocabulary."""
   pad = hf.get("pad_token_id", 0)
-  tokenizer = pytypes.SimpleNamespace(vocab_size=hf["vocab_size"], pad_token_id=pad,
-                                      feature_names=("input_ids", "token_type_ids"),
-                                      pad_values={"input_ids": pad, "token_type_ids": 0})
-  return tokenizer, {"input_ids": (1000, hf["vocab_size"], pad), "token_type_ids": (0, 0, 0)}
+  return aot.bert_tokenizer(hf), {"input_ids": (1000, hf["vocab_size"], pad), "token_type_ids": (0, 0, 0)}
 
 
 def bert_config(num_types: int, head_size: int):

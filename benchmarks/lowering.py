@@ -4,10 +4,10 @@
                                 [--mesh=data:8]
 
 For each platform, the model is built for that target (`factory.precision`: model.dtype=auto is bfloat16 on
-cuda/tpu, model.attention=auto picks splash on tpu, cuDNN on cuda), on abstract shapes (no weights: bert-base is
-BERT-base's shape, random; scratch is the MSRA main job's encoder with one self-attention block added), and the trainer's own jitted steps (`steps.make_train_step`, `steps.make_eval_step`,
-state and batch sharded over the mesh) go through `jax.export` for that platform. One line per platform and
-target, no log prefix:
+cuda/tpu, model.attention=auto picks splash on tpu, cuDNN on cuda; `gp_jax.aot.target_setup`), on abstract shapes
+(no weights: bert-base is BERT-base's shape, random; scratch is the MSRA main job's encoder with one self-attention
+block added), and the trainer's own jitted steps (`steps.make_train_step`, `steps.make_eval_step`, state and batch
+sharded over the mesh) go through `jax.export` for that platform. One line per platform and target, no log prefix:
 
   tpu train_step: lowered (bfloat16, splash, 36 custom calls)
   cuda train_step: lowered (bfloat16, xla: cuDNN is not detected on this machine, 0 custom calls)
@@ -31,16 +31,21 @@ step takes the XLA path (`gp_jax.ops.attention`). Lowering does not compile: see
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import math
 import os
-import re
 import sys
 import traceback
 
-KERNEL_CALLS = {"tpu_custom_call": "splash", "__cudnn$fmha": "cudnn"}  # custom-call target prefix -> kernel
-CUDNN_MISSING = "cuDNN is not detected"
+import jax
+import jax.numpy as jnp
+
+from benchmarks import inputs
+from gp_jax import aot, evaluate, factory, steps
+from gp_jax import sharding as shd
+from gp_jax import state as state_lib
+from gp_jax.optim import make_optimizer
+
 TINY_BERT = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=256, vocab_size=1000)
 NUM_TYPES = 10
 
@@ -58,23 +63,8 @@ class Problem:
   attention_dropout: float
 
 
-def parse_mesh(spec: str) -> dict:
-  """"data:8" or "data:4,fsdp:2" -> {"data": 8, "fsdp": 1} style sizes."""
-  sizes = {"data": 1, "fsdp": 1}
-  for part in filter(None, spec.split(",")):
-    name, n = part.split(":")
-    if name not in sizes:
-      raise ValueError(f"--mesh axes are data and fsdp, got {name!r}")
-    sizes[name] = int(n)
-  return sizes
-
-
 def make_problem(model: str, *, batch: int, length: int, mesh_sizes: dict, tiny: bool = False,
                  attention_dropout: float = 0.0) -> Problem:
-  from benchmarks import inputs  # pylint: disable=g-import-not-at-top
-  from gp_jax import evaluate  # pylint: disable=g-import-not-at-top
-  from gp_jax import sharding as shd  # pylint: disable=g-import-not-at-top
-
   mesh = shd.make_mesh(mesh_sizes["data"], mesh_sizes["fsdp"])
   if model == "bert-base":
     hf = dict(inputs.BERT_BASE, **(TINY_BERT if tiny else {}))
@@ -98,148 +88,49 @@ def make_problem(model: str, *, batch: int, length: int, mesh_sizes: dict, tiny:
   return Problem(config, tokenizer, types, mesh, evaluate.model_batch(np_batch), hf, attention_dropout)
 
 
-@contextlib.contextmanager
-def dropout_bits_for(platform: str):
-  """Dropout masks as a run on `platform` draws them (`runtime.dropout_bits`), unless GP_JAX_DROPOUT_BITS is set."""
-  if "GP_JAX_DROPOUT_BITS" in os.environ:
-    yield
-    return
-  os.environ["GP_JAX_DROPOUT_BITS"] = "hash" if platform == "cpu" else "threefry"
-  try:
-    yield
-  finally:
-    del os.environ["GP_JAX_DROPOUT_BITS"]
-
-
 def target_setup(problem: Problem, platform: str, *, attention: str | None = None):
-  """A `state.Setup` of the model built for `platform`, parameters abstract (nothing allocated but RNG state)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-
-  from gp_jax import factory  # pylint: disable=g-import-not-at-top
-  from gp_jax import sharding as shd  # pylint: disable=g-import-not-at-top
-  from gp_jax import state as state_lib  # pylint: disable=g-import-not-at-top
-
-  config = problem.config.copy_and_resolve_references()
-  if attention:
-    config.model.attention = attention
-
-  def build():
-    return factory.build_model(config, problem.tokenizer, len(problem.types), load_weights=False,
-                               encoder_config=problem.encoder_config, platform=platform)
-
-  graphdef, abs_params, _ = nnx.split(nnx.eval_shape(build), nnx.Param, ...)
-  abs_params = nnx.to_pure_dict(abs_params)
-  rest = jax.jit(lambda: nnx.split(build(), nnx.Param, ...)[2])()  # RNG streams only (XLA drops the init)
-  return state_lib.Setup(config, list(problem.types), problem.tokenizer, problem.mesh, graphdef, rest, abs_params,
-                         shd.tree_shardings(problem.mesh, abs_params), problem.encoder_config)
-
-
-def lower_or_xla_attention(lower, problem: Problem, platform: str, setup=None):
-  """(lower(setup), setup, False) with the model built for `platform` (or the `setup` given); where that traces cuDNN
-  attention on a machine without cuDNN, (lower(xla setup), xla setup, True): the same model with the XLA attention."""
-  try:
-    setup = setup or target_setup(problem, platform)
-    return lower(setup), setup, False
-  except RuntimeError as e:
-    if CUDNN_MISSING not in str(e):
-      raise
-  setup = target_setup(problem, platform, attention="xla")
-  return lower(setup), setup, True
+  """`aot.target_setup` of the problem's model for `platform`."""
+  return aot.target_setup(problem.config, problem.tokenizer, problem.types, problem.mesh, platform,
+                          encoder_config=problem.encoder_config, attention=attention)
 
 
 def abstract_batch(problem: Problem):
-  import jax  # pylint: disable=g-import-not-at-top
-
-  from gp_jax import sharding as shd  # pylint: disable=g-import-not-at-top
-
-  return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=shd.batch_sharding(problem.mesh, v.ndim))
-          for k, v in problem.batch.items()}
+  """The problem's batch as shapes with the trainer's batch sharding (`aot.sharded`)."""
+  return aot.sharded(problem.batch, problem.mesh)
 
 
 def lower_train_step(setup, problem: Problem, platform: str):
-  import jax  # pylint: disable=g-import-not-at-top
-
-  from gp_jax import state as state_lib  # pylint: disable=g-import-not-at-top
-  from gp_jax import steps  # pylint: disable=g-import-not-at-top
-  from gp_jax.optim import make_optimizer  # pylint: disable=g-import-not-at-top
-
   tx, _ = make_optimizer(setup.config.optimizer, 10_000, setup.abstract_params)
   step = steps.make_train_step(setup, tx, loss_kind=setup.config.loss.kind)
   return jax.export.export(step, platforms=[platform])(state_lib.abstract_state(setup, tx), abstract_batch(problem))
 
 
 def lower_eval_step(setup, problem: Problem, platform: str):
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-
-  from gp_jax import state as state_lib  # pylint: disable=g-import-not-at-top
-  from gp_jax import steps  # pylint: disable=g-import-not-at-top
-
   step = steps.make_eval_step(setup, size=max(64, 32 * problem.batch["span_mask"].shape[0]))
   threshold = jax.ShapeDtypeStruct((), jnp.float32)
   return jax.export.export(step, platforms=[platform])(state_lib.abstract_params(setup), abstract_batch(problem),
                                                        threshold)
 
 
-def kernel_calls(module_text: str) -> dict[str, int]:
-  """{kernel name: custom calls executed once per step} in an exported module's StableHLO text: a kernel inside a
-  private function counts once per call of that function (layers share one), from @main down."""
-  bodies = dict(re.findall(r"func\.func (?:public|private) @([\w$.\-]+)\((.*?)(?=\n  func\.func |\Z)", module_text,
-                           re.S))
-
-  def count(name: str, seen=()) -> dict[str, int]:
-    out: dict[str, int] = {}
-    body = bodies.get(name, "")
-    for target in re.findall(r"stablehlo\.custom_call @([\w$.\-]+)", body):
-      kernel = next((k for prefix, k in KERNEL_CALLS.items() if target.startswith(prefix)), None)
-      if kernel:
-        out[kernel] = out.get(kernel, 0) + 1
-    for callee in re.findall(r"(?<![\w.])(?:func\.)?call @([\w$.\-]+)\(", body):
-      if callee not in seen:
-        for kernel, n in count(callee, seen + (name,)).items():
-          out[kernel] = out.get(kernel, 0) + n
-    return out
-
-  return count("main")
-
-
 def attention_label(problem: Problem, setup, platform: str, *, train: bool, calls: dict, why: str = "") -> str:
-  """The attention the module holds: the kernel found in it, else "xla" and why (`ops.attention.choose`)."""
-  from gp_jax import factory  # pylint: disable=g-import-not-at-top
-  from gp_jax.ops import attention as attention_lib  # pylint: disable=g-import-not-at-top
-
+  """The attention the module holds: the kernel found in it, else "xla" and why (`aot.attention_choice`)."""
   if calls:
     return ", ".join(sorted(calls))
   if not why:
-    policy = factory.precision(setup.config, platform)
-    heads, width = _attention_shape(problem)
-    _, why = attention_lib.choose(policy.attention, platform=platform, dtype=factory.DTYPES[policy.dtype],
-                                  length=problem.batch["span_mask"].shape[1], head_dim=width // heads,
-                                  dropout=train and policy.attention_dropout > 0)
+    _, why = aot.attention_choice(setup.config, problem.encoder_config, platform=platform,
+                                  length=problem.batch["span_mask"].shape[1], train=train)
   return "xla" + (f": {why}" if why else "")
-
-
-def _attention_shape(problem: Problem) -> tuple[int, int]:
-  """(heads, width) of the encoder's self-attention."""
-  if problem.encoder_config is not None:
-    return problem.encoder_config["num_attention_heads"], problem.encoder_config["hidden_size"]
-  from gp_jax.models.scratch import ScratchConfig  # pylint: disable=g-import-not-at-top
-
-  return ScratchConfig.num_heads, problem.config.model.hidden_size
 
 
 def step_target(name: str, lower, *, train: bool):
   """A target lowering one of the trainer's jitted steps; on cuda without cuDNN, again with the XLA attention."""
 
   def target(problem: Problem, platform: str) -> list[str]:
-    from gp_jax import factory  # pylint: disable=g-import-not-at-top
-
     dtype = factory.precision(problem.config, platform).dtype
-    with dropout_bits_for(platform):
-      exported, setup, without_cudnn = lower_or_xla_attention(lambda s: lower(s, problem, platform), problem, platform)
-    why = f"{CUDNN_MISSING} on this machine" if without_cudnn else ""
-    calls = kernel_calls(exported.mlir_module())
+    exported, setup, without_cudnn = aot.lower_or_xla_attention(
+        lambda s: lower(s, problem, platform), lambda attention: target_setup(problem, platform, attention=attention))
+    why = f"{aot.CUDNN_MISSING} on this machine" if without_cudnn else ""
+    calls = aot.kernel_calls(exported.mlir_module())
     label = attention_label(problem, setup, platform, train=train, calls=calls, why=why)
     return [f"{platform} {name}: lowered ({dtype}, {label}, {sum(calls.values())} custom calls)"]
 
@@ -306,7 +197,7 @@ def main(argv=None) -> int:
   unknown = [t for t in args.targets.split(",") if t not in by_name]
   if unknown:
     p.error(f"unknown --targets {unknown}; known: {', '.join(by_name)}")
-  mesh_sizes = parse_mesh(args.mesh)
+  mesh_sizes = aot.parse_mesh(args.mesh)
   force_host_devices(math.prod(mesh_sizes.values()))
   problem = make_problem(args.model, batch=args.batch, length=args.length, mesh_sizes=mesh_sizes, tiny=args.tiny,
                          attention_dropout=args.attention_dropout)

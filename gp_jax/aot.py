@@ -10,7 +10,6 @@ config, `launch.compile`) from abstract shapes: nothing is allocated.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -345,19 +344,6 @@ def eval_lengths(prepared_splits: Iterable, *, batch_size: int, buckets) -> list
 
 
 # ----------------------------------------------------------------------------- other targets
-
-
-@contextlib.contextmanager
-def dropout_bits_for(platform: str):
-  """Dropout masks as a run on `platform` draws them (`runtime.dropout_bits`), unless GP_JAX_DROPOUT_BITS is set."""
-  if "GP_JAX_DROPOUT_BITS" in os.environ:
-    yield
-    return
-  os.environ["GP_JAX_DROPOUT_BITS"] = "hash" if platform == "cpu" else "threefry"
-  try:
-    yield
-  finally:
-    del os.environ["GP_JAX_DROPOUT_BITS"]
 
 
 def target_setup(config, tokenizer, types, mesh, platform: str, *, encoder_config=None, attention: str | None = None):

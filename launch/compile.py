@@ -23,7 +23,9 @@ here. A pretrained encoder's shape comes from its config.json alone (a folder ho
 a hub id reads the HF cache or downloads that one file); the scratch encoder's vocabulary is a stand-in
 (--scratch_vocab chars, tokenizer.max_bigrams + 2 bigrams), as is the number of entity types of user files
 (--num_types; corpora and synthetic data know theirs). Points whose configs differ only in what no step reads
-(seed, epochs, logging) are built once, and points that lower to the same program are compiled once.
+(seed, epochs, logging) are built once, and points that lower to the same program are compiled once. A point's
+programs (every step and bucket: `gp_jax.aot.Program`) are lowered one after another and compiled together in a
+thread pool bounded by cores and memory (`gp_jax.aot.compile_all`; $GP_JAX_COMPILE_THREADS overrides).
 
 One line per (point, step, bucket):
 
@@ -31,11 +33,16 @@ One line per (point, step, bucket):
 1.9 GFLOP per chip; 0 TPU kernels; compute floor 0.01 ms [data:8 x fsdp:1, bfloat16, attention none, loss xla]
   dataset=msra/use_rope=True,head=standard,seed=1 train L128 B32: same program as dataset=msra/use_rope=True,...
 
+in the order of the points, buckets and steps (a line's seconds are its own compile's, beside the others), then one
+line for the whole run:
+
+  compiled 8 programs in 184.1 s wall, 353.4 s of compile summed, 2 threads
+
 HBM per chip = arguments + outputs - aliased (the donated state) + temporaries + generated code, from the compiled
 program's memory analysis, against the chip's HBM. GFLOP per chip per step from its cost analysis (Pallas kernels
 count as far as their `pl.CostEstimate` says); the compute floor is that over the chip's bf16 peak. TPU kernels:
 Mosaic custom calls per step (splash attention, the Pallas ZLPR loss), counted per call site
-(`benchmarks.lowering.kernel_calls`). What compiling proves and what it does not: docs/tpu.md section 11.
+(`gp_jax.aot.kernel_calls`). What compiling proves and what it does not: docs/tpu.md section 11.
 
 GPUs: TYPE h100-N or h200-N (N GPUs, 8 per host: h100-8 is one host, h100-16 two) compiles with XLA:GPU for
 that card (its target config in launch/gpu_specs/), no GPU present. It needs jax's CUDA plugin for this jaxlib beside
@@ -64,10 +71,13 @@ import math
 import os
 import re
 import sys
-import time
 import traceback
+from typing import Any
 
 from launch import sweep
+
+# gp_jax modules are imported inside the functions that use them: they import jax, and main sets JAX_PLATFORMS
+# (`use_cpu`) before jax is imported.
 
 INSTALL_HINT = "pip install -e '.[aot]' (libtpu for this jax) compiles every point for its slice first"
 GPU_INSTALL_HINT = "python -m launch.compile --install_gpu_compiler (jax's CUDA plugin for this jaxlib, ~130 MB)"
@@ -390,37 +400,18 @@ def entity_types(config, num_types: int) -> tuple[list[str], str]:
 
 
 def stand_ins(config, *, scratch_vocab: int):
-  """(tokenizer stand-in, feature ranges for `inputs.synthetic_batch`, encoder config.json or None, note)."""
-  from benchmarks import inputs  # pylint: disable=g-import-not-at-top
+  """(tokenizer stand-in, encoder config.json or None, note)."""
+  from gp_jax import aot  # pylint: disable=g-import-not-at-top
 
   if config.model.encoder == "bert":
     hf = encoder_config_json(config.model.pretrained)
-    tokenizer, features = inputs.bert_inputs(hf)
     note = (f"encoder {config.model.pretrained} (config.json: {hf.get('num_hidden_layers')} layers, width "
             f"{hf.get('hidden_size')}, vocabulary {hf.get('vocab_size')})")
-    return tokenizer, features, hf, note
+    return aot.bert_tokenizer(hf), hf, note
   bigrams = int(config.tokenizer.max_bigrams or 50_000) + 2 if config.model.bigram_dim else 0
-  tokenizer, features = inputs.msra_inputs(vocab=scratch_vocab, bigram_vocab=max(bigrams, 3))
   note = (f"scratch encoder, vocabulary {scratch_vocab} chars (stand-in, --scratch_vocab) and {bigrams} bigrams "
           "(tokenizer.max_bigrams + [PAD], [UNK])")
-  return tokenizer, features, None, note
-
-
-def abstract_rows(config, tokenizer, features, num_types: int, *, batch: int, length: int) -> dict:
-  """The model batch (`evaluate.model_batch` of the pipeline's format) as shapes: built for one row, widened to
-  `batch` rows without allocating them."""
-  import jax  # pylint: disable=g-import-not-at-top
-
-  from benchmarks import inputs  # pylint: disable=g-import-not-at-top
-  from gp_jax import evaluate, factory  # pylint: disable=g-import-not-at-top
-
-  prefix = int(getattr(tokenizer, "num_prefix", 1 if config.model.encoder == "bert" else 0))
-  row = inputs.synthetic_batch(batch=1, seq=length, num_types=num_types, features=features, num_prefix=prefix,
-                               num_suffix=prefix, spans_per_row=min(4, max(1, length - 2 * prefix)))
-  row = evaluate.model_batch(row)
-  if factory.tag_scheme(config) is not None:
-    row["tags"] = row["attention_mask"]  # int32 [B, L], as `batching` adds for tagger heads
-  return {k: jax.ShapeDtypeStruct((batch,) + v.shape[1:], v.dtype) for k, v in row.items()}
+  return aot.char_tokenizer(scratch_vocab, max(bigrams, 3)), None, note
 
 
 # ----------------------------------------------------------------------------- compiling one step
@@ -522,6 +513,37 @@ def failure(e: BaseException, config, *, length: int | None = None, generation: 
   return None
 
 
+@dataclasses.dataclass
+class Built:
+  """A config built for the slice: what every step and bucket of its point shares."""
+
+  config: Any
+  tokenizer: Any
+  types: list
+  mesh: Any
+  encoder_config: dict | None
+  setups: dict  # model.attention override (None: the config's) -> state.Setup
+
+
+@dataclasses.dataclass
+class Job:
+  """One (step, bucket) of a point: its labels, its lowered program (`aot.Program`) and what compiling it gave."""
+
+  point: str
+  step: str
+  length: int
+  batch: int
+  labels: str = ""
+  program: Any = None  # shared by the jobs of a point that lower to the same program
+  digest: str = ""  # of the lowered program's text
+  kernels: int = 0
+  error: BaseException | None = None  # building or lowering it failed
+  retried: bool = False  # compiled again with Triton GEMM fusions off
+  seconds: float = 0.0  # its compiles, a retry included
+  memory: Any = None
+  cost: Any = None
+
+
 class Compiler:
   """Builds and compiles the points of one slice; remembers programs it has compiled."""
 
@@ -540,6 +562,8 @@ class Compiler:
     self.out = out
     self.rows: list[Row] = []
     self.unexpected = False
+    self.reports: list = []  # aot.Report of each concurrent compile (a point's, its retries')
+    self.programs = 0  # programs compiled
     self._built: dict[str, str] = {}  # program_key -> first point with it
     self._compiled: dict[str, tuple[str, Row]] = {}  # lowered program hash -> (point, its row)
     self._notes: set[str] = set()
@@ -568,11 +592,22 @@ class Compiler:
       self.point(point)
     return self.rows
 
+  def summary(self) -> str:
+    """One line: the programs compiled, the wall time of their concurrent compiles against the compile time summed."""
+    n, threads = self.programs, max([r.threads for r in self.reports] or [1])
+    wall, summed = sum(r.wall for r in self.reports), sum(r.summed for r in self.reports)
+    return (f"compiled {n} program{'s' * (n != 1)} in {wall:.1f} s wall, {summed:.1f} s of compile summed, "
+            f"{threads} thread{'s' * (threads != 1)}")
+
   def _emit(self, row: Row) -> None:
     self.rows.append(row)
     self.out(row.line())
 
   def point(self, point: Point) -> None:
+    """Every step and bucket of a point: lowered in turn, the programs not compiled before compiled together, then
+    a row each in order."""
+    import jax  # pylint: disable=g-import-not-at-top
+
     config = point.config
     try:
       built = self._build(config)
@@ -582,15 +617,93 @@ class Compiler:
           self._fail(point, step, length, config.batch_size if step == "train" else config.eval_batch_size, "", e,
                      config)
       return
-    for length in self.lengths(config):
-      for step in self.steps:
-        batch = config.batch_size if step == "train" else config.eval_batch_size
-        labels = ""
+    jobs = [self._lower(point.name, built, step, length) for length in self.lengths(config) for step in self.steps]
+    firsts: dict[str, Job] = {}  # digest -> the point's first job with it
+    for job in jobs:
+      if job.error is None and job.digest not in self._compiled:
+        first = firsts.setdefault(job.digest, job)
+        job.program = first.program
+    self._compile(list(firsts.values()))
+    for job in jobs:
+      self._row(point, job)
+    for job in jobs:
+      job.program = None
+    jax.clear_caches()  # a BERT-base program holds GBs of host memory; none is run
+
+  def _compile(self, jobs: list[Job]) -> None:
+    """The jobs' programs compiled concurrently (`aot.compile_all`); a GPU program for which XLA:GPU found no Triton
+    tiling again with Triton GEMM fusions off. Memory and cost analysis as each finishes, in this thread."""
+    from gp_jax import aot  # pylint: disable=g-import-not-at-top
+
+    if not jobs:
+      return
+    self.programs += len(jobs)
+    owner = {id(job.program): job for job in jobs}
+
+    def done(program) -> None:
+      job = owner[id(program)]
+      job.seconds += program.seconds or 0.0
+      if program.error is None:
         try:
-          problem, setup, labels = self._step_inputs(built, step=step, batch=batch, length=length)
-          self._compile(point, step, problem, setup, labels)
+          self._analyse(job)
         except Exception as e:  # pylint: disable=broad-except
-          self._fail(point, step, length, batch, labels, e, config)
+          program.error = e
+
+    self.reports.append(aot.compile_all([job.program for job in jobs], on_done=done))
+    retry = [job for job in jobs if self.slice.platform == "cuda" and TRITON_TILING in str(job.program.error or "")]
+    for job in retry:  # the lowered module does not depend on the options: compiled again, not lowered again
+      job.retried = True
+      job.program.options = dict(job.program.options, xla_gpu_enable_triton_gemm=False)
+      job.program.error = None
+    if retry:
+      self.reports.append(aot.compile_all([job.program for job in retry], on_done=done))
+
+  def _analyse(self, job: Job) -> None:
+    """Memory and cost of a compiled program (its HLO written with --hlo_dir); the executable is dropped."""
+    compiled = job.program.compiled
+    if self.hlo_dir:
+      self._write_hlo(job.point, job.step, job.length, compiled.as_text())
+    job.memory = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    job.cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    job.program.compiled = job.program.lowered = None
+
+  def _row(self, point: Point, job: Job) -> None:
+    """The job's row, in order: a failure, the same program as an earlier row, does not fit, or compiled."""
+    step, L, B, labels = job.step, job.length, job.batch, job.labels
+    if job.error is not None:
+      self._fail(point, step, L, B, labels, job.error, point.config)
+      return
+    if job.digest in self._compiled:
+      first, row = self._compiled[job.digest]
+      self._emit(dataclasses.replace(row, point=point.name, same_as=first, labels=labels))
+      return
+    program = job.program
+    if job.retried and program.error is None:
+      labels += (f"; Triton GEMM fusions off: without a GPU to autotune, XLA:GPU found no Triton tiling for a GEMM "
+                 f"at L{L}" + (" (L a multiple of 16 compiles with them)" if L % 16 else ""))
+    if program.error is not None:
+      reason = failure(program.error, point.config, length=L, generation=self.generation)
+      if reason is None:
+        self._fail(point, step, L, B, labels, program.error, point.config)
+        return
+      row = Row(point.name, step, L, B, "does not fit", labels, seconds=job.seconds, kernels=job.kernels,
+                reason=reason)
+      self._compiled[job.digest] = (point.name, row)
+      self._emit(row)
+      return
+    memory, cost = job.memory, job.cost
+    gflop = None if cost is None and self.slice.platform == "cuda" else float((cost or {}).get("flops", 0.0)) / 1e9
+    used, limit = hbm_bytes(memory), self.slice.hbm_bytes
+    row = Row(point.name, step, L, B, "compiled", labels, seconds=job.seconds, hbm_bytes=used, hbm_limit_bytes=limit,
+              gflop=gflop, kernels=job.kernels,
+              floor_ms=None if gflop is None else gflop / self.slice.family.bf16_tflops,
+              memory={k: int(getattr(memory, k)) for k in dir(memory) if k.endswith("_in_bytes")},
+              kernel_kind="cuDNN" if self.slice.platform == "cuda" else "TPU")
+    if used > limit:
+      row.status, row.reason = "does not fit", f"HBM: needs {used / GIB:.2f} of {limit / GIB:.4g} GiB"
+    self._compiled[job.digest] = (point.name, row)
+    self._emit(row)
 
   def _safe_lengths(self, config) -> list[int]:
     try:
@@ -603,21 +716,20 @@ class Compiler:
     if reason is None:
       self.unexpected = True
       print(f"{point.name} {step} L{length}: unexpected error", file=sys.stderr)
-      traceback.print_exc(file=sys.stderr)
+      traceback.print_exception(e, file=sys.stderr)
       reason = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
       self._emit(Row(point.name, step, length, batch, "error", labels, reason=reason))
     else:
       self._emit(Row(point.name, step, length, batch, "does not fit", labels, reason=reason))
 
-  def _build(self, config):
-    """(lowering.Problem without a batch, state.Setup, feature ranges of its batches) of a config on this slice: the
-    mesh over its devices, the model built for TPU, parameters abstract. Batch size and length do not enter it."""
-    from benchmarks import lowering  # pylint: disable=g-import-not-at-top
-    from gp_jax import factory  # pylint: disable=g-import-not-at-top
+  def _build(self, config) -> Built:
+    """A config on this slice: the mesh over its devices, the model built for its platform, parameters abstract.
+    Batch size and length do not enter it."""
+    from gp_jax import aot  # pylint: disable=g-import-not-at-top
     from gp_jax import sharding as shd  # pylint: disable=g-import-not-at-top
     from gp_jax.errors import UserError  # pylint: disable=g-import-not-at-top
 
-    tokenizer, features, hf, note = stand_ins(config, scratch_vocab=self.scratch_vocab)
+    tokenizer, hf, note = stand_ins(config, scratch_vocab=self.scratch_vocab)
     types, source = entity_types(config, self.num_types)
     self._note(f"{note}; {len(types)} entity types ({source})")
     try:
@@ -628,90 +740,53 @@ class Compiler:
       if config[name] % mesh.size or config[name] % self.slice.hosts:
         raise UserError(f"{name}={config[name]} must be divisible by the {mesh.size} data-parallel devices (mesh "
                         f"{dict(mesh.shape)}) and by the {self.slice.hosts} hosts of {self.slice.accelerator_type}")
-    platform = self.slice.platform
-    dropout = factory.precision(config, platform).attention_dropout
-    problem = lowering.Problem(config, tokenizer, types, mesh, {}, hf, dropout)
-    with lowering.dropout_bits_for(platform):
-      setup = lowering.target_setup(problem, platform)
-    return problem, setup, features
+    built = Built(config, tokenizer, types, mesh, hf, {})
+    self._setup(built, None)
+    return built
 
-  def _step_inputs(self, built, *, step: str, batch: int, length: int):
-    """(lowering.Problem with the abstract batch, state.Setup, labels) of one step at one bucket."""
-    from gp_jax import factory  # pylint: disable=g-import-not-at-top
+  def _setup(self, built: Built, attention: str | None):
+    """The `state.Setup` of a built config, with `model.attention` overridden where `attention` is given."""
+    from gp_jax import aot  # pylint: disable=g-import-not-at-top
 
-    problem, setup, features = built
-    config, mesh = problem.config, problem.mesh
-    rows = abstract_rows(config, problem.tokenizer, features, len(problem.types), batch=batch, length=length)
-    problem = dataclasses.replace(problem, batch=rows)
-    platform = self.slice.platform
-    policy = factory.precision(config, platform)
-    labels = (f"data:{mesh.shape['data']} x fsdp:{mesh.shape['fsdp']}, {policy.dtype}, attention "
-              f"{attention_choice(problem, policy, train=step == 'train', platform=platform)}, loss "
-              f"{factory.loss_implementation(config, platform)}")
-    return problem, setup, labels
+    if attention not in built.setups:
+      built.setups[attention] = aot.target_setup(built.config, built.tokenizer, built.types, built.mesh,
+                                                 self.slice.platform, encoder_config=built.encoder_config,
+                                                 attention=attention)
+    return built.setups[attention]
 
-  def _compile(self, point: Point, step: str, problem, setup, labels: str) -> None:
-    import jax  # pylint: disable=g-import-not-at-top
-
-    from benchmarks import lowering  # pylint: disable=g-import-not-at-top
+  def _lower(self, point: str, built: Built, step: str, length: int) -> Job:
+    """One step at one bucket, labelled and lowered (on a machine without cuDNN, with the XLA attention in place of
+    cuDNN's); an error is kept on the job."""
+    from gp_jax import aot, factory  # pylint: disable=g-import-not-at-top
     from gp_jax.ops import pallas_zlpr  # pylint: disable=g-import-not-at-top
 
-    B, L = problem.batch["attention_mask"].shape
-    with lowering.dropout_bits_for(self.slice.platform), pallas_zlpr.tpu_target(self.generation):
-      lowered, _, without_cudnn = lowering.lower_or_xla_attention(
-          lambda s: lower_step(step, s, problem), problem, self.slice.platform, setup)
-    if without_cudnn:
-      labels = re.sub(r"attention cudnn\b", "attention xla (in place of cudnn: cuDNN cannot be traced here)", labels)
-    text = lowered.as_text()
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    if digest in self._compiled:
-      first, row = self._compiled[digest]
-      self._emit(dataclasses.replace(row, point=point.name, same_as=first, labels=labels))
-      return
-    kernels = sum(lowering.kernel_calls(text).values())
-    t0 = time.perf_counter()
+    config, mesh, platform = built.config, built.mesh, self.slice.platform
+    job = Job(point, step, length, config.batch_size if step == "train" else config.eval_batch_size)
     try:
-      try:
-        compiled = lowered.compile()
-      except Exception as e:  # pylint: disable=broad-except
-        if self.slice.platform != "cuda" or TRITON_TILING not in str(e):
-          raise
-        compiled = lowered.compile(compiler_options={"xla_gpu_enable_triton_gemm": False})
-        labels += (f"; Triton GEMM fusions off: without a GPU to autotune, XLA:GPU found no Triton tiling for a GEMM "
-                   f"at L{L}" + (" (L a multiple of 16 compiles with them)" if L % 16 else ""))
+      policy = factory.precision(config, platform)
+      attention = attention_choice(config, built.encoder_config, length=length, train=step == "train",
+                                   platform=platform)
+      job.labels = (f"data:{mesh.shape['data']} x fsdp:{mesh.shape['fsdp']}, {policy.dtype}, attention {attention}, "
+                    f"loss {factory.loss_implementation(config, platform)}")
+      with pallas_zlpr.tpu_target(self.generation):
+        job.program, _, without_cudnn = aot.lower_or_xla_attention(
+            lambda s: lower_step(step, s, platform, batch=job.batch, length=length), lambda a: self._setup(built, a),
+            built.setups[None])
+      if without_cudnn:
+        job.labels = re.sub(r"attention cudnn\b", "attention xla (in place of cudnn: cuDNN cannot be traced here)",
+                            job.labels)
+      text = job.program.lowered.as_text()
+      job.digest = hashlib.sha256(text.encode()).hexdigest()
+      job.kernels = sum(aot.kernel_calls(text).values())
     except Exception as e:  # pylint: disable=broad-except
-      reason = failure(e, point.config, length=L, generation=self.generation)
-      if reason is None:
-        raise
-      row = Row(point.name, step, L, B, "does not fit", labels, seconds=time.perf_counter() - t0, kernels=kernels,
-                reason=reason)
-      self._compiled[digest] = (point.name, row)
-      self._emit(row)
-      return
-    seconds = time.perf_counter() - t0
-    if self.hlo_dir:
-      self._write_hlo(point, step, L, compiled.as_text())
-    memory = compiled.memory_analysis()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    del compiled, lowered
-    jax.clear_caches()  # a BERT-base program holds GBs of host memory; none is run
-    gflop = None if cost is None and self.slice.platform == "cuda" else float((cost or {}).get("flops", 0.0)) / 1e9
-    used, limit = hbm_bytes(memory), self.slice.hbm_bytes
-    row = Row(point.name, step, L, B, "compiled", labels, seconds=seconds, hbm_bytes=used, hbm_limit_bytes=limit,
-              gflop=gflop, kernels=kernels, floor_ms=None if gflop is None else gflop / self.slice.family.bf16_tflops,
-              memory={k: int(getattr(memory, k)) for k in dir(memory) if k.endswith("_in_bytes")},
-              kernel_kind="cuDNN" if self.slice.platform == "cuda" else "TPU")
-    if used > limit:
-      row.status, row.reason = "does not fit", f"HBM: needs {used / GIB:.2f} of {limit / GIB:.4g} GiB"
-    self._compiled[digest] = (point.name, row)
-    self._emit(row)
+      job.error = e
+    return job
 
-
-  def _write_hlo(self, point: Point, step: str, length: int, text: str) -> None:
-    """The compiled program's optimised HLO as HLO_DIR/POINT.STEP.LLENGTH.hlo.txt (the point's name made a file name)."""
+  def _write_hlo(self, point: str, step: str, length: int, text: str) -> None:
+    """The compiled program's optimised HLO as HLO_DIR/POINT.STEP.LLENGTH.hlo.txt (POINT: the point's name made a
+    file name)."""
     os.makedirs(self.hlo_dir, exist_ok=True)
-    name = re.sub(r"[^\w.=,-]+", "_", point.name)
+    name = re.sub(r"[^\w.=,-]+", "_", point)
     with open(os.path.join(self.hlo_dir, f"{name}.{step}.L{length}.hlo.txt"), "w") as f:
       f.write(text)
 
@@ -724,43 +799,32 @@ def pallas_generation(devices) -> str | None:
   return pallas_zlpr.tpu_generation(devices[0].device_kind)
 
 
-def attention_choice(problem, policy, *, train: bool, platform: str = "tpu") -> str:
-  """The self-attention the step holds on `platform` (`ops.attention.choose`): splash or cudnn, or xla and why; none
+def attention_choice(config, encoder_config: dict | None, *, length: int, train: bool, platform: str = "tpu") -> str:
+  """The self-attention the step holds on `platform` (`aot.attention_choice`): splash or cudnn, or xla and why; none
   for a scratch encoder without attention blocks."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from gp_jax import aot  # pylint: disable=g-import-not-at-top
 
-  from benchmarks import lowering  # pylint: disable=g-import-not-at-top
-  from gp_jax import factory  # pylint: disable=g-import-not-at-top
-  from gp_jax.ops import attention as attention_lib  # pylint: disable=g-import-not-at-top
-
-  config = problem.config
-  if config.model.encoder == "scratch" and not config.model.num_attn_layers:
-    return "none"
-  heads, width = lowering._attention_shape(problem)  # pylint: disable=protected-access
-  impl, why = attention_lib.choose(policy.attention, platform=platform, dtype=jnp.dtype(factory.DTYPES[policy.dtype]),
-                                   length=problem.batch["attention_mask"].shape[1], head_dim=width // heads,
-                                   dropout=train and policy.attention_dropout > 0)
+  impl, why = aot.attention_choice(config, encoder_config, platform=platform, length=length, train=train)
   return impl + (f" ({why})" if why else "")
 
 
-def lower_step(step: str, setup, problem):
-  """The trainer's jitted train step (state donated) or eval step, lowered for the abstract state and batch."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-
-  from benchmarks import lowering  # pylint: disable=g-import-not-at-top
-  from gp_jax import state as state_lib  # pylint: disable=g-import-not-at-top
-  from gp_jax import steps  # pylint: disable=g-import-not-at-top
+def lower_step(step: str, setup, platform: str, *, batch: int, length: int):
+  """The trainer's jitted train step (state donated) or eval step (at `HitDecoder`'s first hit buffer) as an
+  `aot.Program` with the XLA options a run on `platform` gives it (`aot.resolve`), lowered for the abstract state
+  and batch; a lowering error is raised."""
+  from gp_jax import aot, steps  # pylint: disable=g-import-not-at-top
   from gp_jax.optim import make_optimizer  # pylint: disable=g-import-not-at-top
 
-  batch = lowering.abstract_batch(problem)
   if step == "train":
     tx, _ = make_optimizer(setup.config.optimizer, TOTAL_STEPS, setup.abstract_params)
     fn = steps.make_train_step(setup, tx, loss_kind=setup.config.loss.kind)
-    return fn.lower(state_lib.abstract_state(setup, tx), batch)
-  B = problem.batch["attention_mask"].shape[0]
-  fn = steps.make_eval_step(setup, size=max(64, 32 * B))  # HitDecoder's first hit buffer
-  return fn.lower(state_lib.abstract_params(setup), batch, jax.ShapeDtypeStruct((), jnp.float32))
+    program = aot.train_program(fn, setup, tx, batch=batch, length=length)
+  else:
+    hits = max(64, 32 * batch)
+    program = aot.eval_program(steps.make_eval_step(setup, size=hits), setup, batch=batch, length=length, hits=hits)
+  aot.resolve(program, setup, platform)
+  program.lowered = program.fn.lower(*program.args)
+  return program
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -830,9 +894,9 @@ def main(argv=None) -> int:
   try:
     mesh_sizes = None
     if args.mesh:
-      from benchmarks import lowering  # pylint: disable=g-import-not-at-top
+      from gp_jax import aot  # pylint: disable=g-import-not-at-top
 
-      mesh_sizes = lowering.parse_mesh(args.mesh)
+      mesh_sizes = aot.parse_mesh(args.mesh)
     steps = [x.strip() for x in args.steps.split(",") if x.strip()]
     if not steps or set(steps) - set(STEPS):
       raise ValueError(f"--steps takes a comma list of {', '.join(STEPS)}, got {args.steps!r}")
@@ -840,10 +904,12 @@ def main(argv=None) -> int:
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return EXIT_ERROR
-  print(f"{s.describe()}; {len(points)} point{'s' * (len(points) != 1)} of {args.config}; {versions(s.platform)}", flush=True)
+  print(f"{s.describe()}; {len(points)} point{'s' * (len(points) != 1)} of {args.config}; {versions(s.platform)}",
+        flush=True)
   compiler = Compiler(s, mesh_sizes=mesh_sizes, buckets=args.buckets, steps=steps, scratch_vocab=args.scratch_vocab,
                       num_types=args.num_types, out=lambda line: print(line, flush=True), hlo_dir=args.hlo_dir)
   rows = compiler.run(points)
+  print(compiler.summary(), flush=True)
   if args.json:
     with open(args.json, "w") as f:
       json.dump({"accelerator_type": s.accelerator_type, "topology": s.topology, "chips": s.chips,

@@ -77,7 +77,8 @@ def test_a_step_past_the_allocator_exits_2():
   assert out.returncode == 2, out.stdout + out.stderr
   lines = out.stdout.splitlines()
   assert lines[0].startswith("h200-1: 1 GPU NVIDIA H200 141GB on 1 host (XLA:GPU topology 1x1x1), 105.3 of 140.4 GiB")
-  assert re.match(r"quick/head=standard train L64 B1048576: does not fit: HBM: needs [\d.]+ of 105.3 GiB", lines[-1])
+  assert re.match(r"quick/head=standard train L64 B1048576: does not fit: HBM: needs [\d.]+ of 105.3 GiB", lines[-2])
+  assert re.fullmatch(r"compiled 1 program in [\d.]+ s wall, [\d.]+ s of compile summed, 1 thread", lines[-1])
 
 
 @needs_gpu_compiler

@@ -3,6 +3,7 @@ libtpu (tiny models, `experiments/synthetic.py:quick`), and what happens to a po
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -127,7 +128,12 @@ def test_a_point_that_cannot_fit_exits_2_and_the_dry_run_refuses(tmp_path, capfd
   assert out.returncode == 2, out.stdout + out.stderr
   lines = out.stdout.splitlines()
   assert lines[0].startswith("v5litepod-8: topology v5e:2x4 (default), 8 chips on 1 host, 16 GiB HBM")
-  assert [ln.split(": does not fit: ")[1].split(" need")[0] for ln in lines[2:]] == ["HBM: HLO temporaries"] * 2
+  assert [ln.split(": does not fit: ")[1].split(" need")[0] for ln in lines[2:-1]] == ["HBM: HLO temporaries"] * 2
+  # the train and eval steps compiled together: the compile time summed is both programs', the wall time less
+  m = re.fullmatch(r"compiled 2 programs in ([\d.]+) s wall, ([\d.]+) s of compile summed, (\d+) threads?", lines[-1])
+  assert m, lines[-1]
+  if int(m.group(3)) > 1:
+    assert float(m.group(1)) < float(m.group(2)), lines[-1]
   assert lines[2].startswith("quick/head=standard train L64 B1048576: does not fit: HBM: ")
 
   args = ["run", "--tpu=pod", "--zone=z", f"--config={SYNTHETIC}", f"--workdir={tmp_path}", "--accelerator_type=v4-32",

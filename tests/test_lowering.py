@@ -3,6 +3,7 @@
 import pytest
 
 from benchmarks import lowering
+from gp_jax import aot
 from gp_jax.ops import attention as attention_lib
 
 
@@ -13,7 +14,7 @@ def _lines(capsys, *args):
 
 
 def _cuda_attention():
-  return "cudnn" if attention_lib.cudnn_detected() else f"xla: {lowering.CUDNN_MISSING} on this machine"
+  return "cudnn" if attention_lib.cudnn_detected() else f"xla: {aot.CUDNN_MISSING} on this machine"
 
 
 @pytest.mark.parametrize("model,layers", [("bert-base", lowering.TINY_BERT["num_hidden_layers"]), ("scratch", 1)])
@@ -81,4 +82,4 @@ def test_kernel_calls_count_call_sites():
     return %1 : tensor<f32>
   }
 }"""
-  assert lowering.kernel_calls(text) == {"splash": 2, "cudnn": 2}
+  assert aot.kernel_calls(text) == {"splash": 2, "cudnn": 2}

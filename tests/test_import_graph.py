@@ -1,0 +1,121 @@
+"""The import graph of the repo's top-level packages, read from their source (AST only, nothing imported): the
+package gp_jax imports neither the launcher nor the benchmarks, the launcher does not import the benchmarks nor the
+benchmarks the launcher, and no import cycle joins the top-level packages. Import statements count at any depth (a
+deferred import inside a function is still a dependency), as do `importlib.import_module` / `__import__` of a
+literal name."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("gp_jax", "launch", "benchmarks", "experiments")
+# (importer, imported): top-level packages that must not depend on each other in that direction
+FORBIDDEN = (("gp_jax", "launch"), ("gp_jax", "benchmarks"), ("launch", "benchmarks"), ("benchmarks", "launch"))
+IMPORT_FUNCTIONS = ("import_module", "__import__")
+
+
+def package_sources(repo: pathlib.Path = REPO) -> dict[str, tuple[str, bool]]:
+  """{module name: (source, is a package __init__)} of every .py file under the top-level packages."""
+  out = {}
+  for package in PACKAGES:
+    for path in sorted((repo / package).rglob("*.py")):
+      parts = list(path.relative_to(repo).with_suffix("").parts)
+      is_init = parts[-1] == "__init__"
+      out[".".join(parts[:-1] if is_init else parts)] = (path.read_text(encoding="utf-8"), is_init)
+  return out
+
+
+def _resolve(module: str, is_init: bool, name: str, level: int) -> str:
+  """An import's absolute module name: relative ones (`level` dots) against the importing module's package."""
+  if not level:
+    return name
+  package = module.split(".") if is_init else module.split(".")[:-1]
+  base = package[:len(package) - (level - 1)]
+  return ".".join(base + ([name] if name else []))
+
+
+def _literal_import(node: ast.Call) -> str | None:
+  """The literal module name of `importlib.import_module("x")`, `import_module("x")` or `__import__("x")`."""
+  func = node.func
+  name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+  if name not in IMPORT_FUNCTIONS or not node.args:
+    return None
+  arg = node.args[0]
+  return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
+
+
+def imports(source: str, module: str, *, is_init: bool = False) -> set[str]:
+  """Absolute names of what a module imports anywhere in its source (for `from X import y`: X and X.y)."""
+  out = set()
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.Import):
+      out.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = _resolve(module, is_init, node.module or "", node.level)
+      out.add(base)
+      out.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names)
+    elif isinstance(node, ast.Call):
+      name = _literal_import(node)
+      if name:
+        package = next((kw.value.value for kw in node.keywords if kw.arg == "package"
+                        and isinstance(kw.value, ast.Constant)), None)
+        if name.startswith(".") and package:
+          level = len(name) - len(name.lstrip("."))
+          name = _resolve(package, True, name.lstrip("."), level)
+        out.add(name)
+  return {n for n in out if n}
+
+
+def package_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, dict[str, set[str]]]:
+  """{importer package: {imported package: the importing modules}} between distinct top-level packages."""
+  graph: dict[str, dict[str, set[str]]] = {p: {} for p in PACKAGES}
+  for module, (source, is_init) in sources.items():
+    top = module.split(".")[0]
+    for name in imports(source, module, is_init=is_init):
+      target = name.split(".")[0]
+      if target in PACKAGES and target != top:
+        graph[top].setdefault(target, set()).add(module)
+  return graph
+
+
+def forbidden_edges(graph) -> list[str]:
+  """'importer -> imported (modules)' for each forbidden dependency present."""
+  return [f"{a} -> {b} ({', '.join(sorted(graph[a][b]))})" for a, b in FORBIDDEN if b in graph.get(a, {})]
+
+
+def cycles(graph) -> list[list[str]]:
+  """The import cycles among the packages, each once (from its least package name)."""
+  found = []
+
+  def walk(path: list[str]) -> None:
+    for nxt in sorted(graph.get(path[-1], {})):
+      if nxt == path[0]:
+        found.append(path + [nxt])
+      elif nxt not in path and nxt > path[0]:
+        walk(path + [nxt])
+
+  for start in sorted(graph):
+    walk([start])
+  return found
+
+
+def test_relative_and_dynamic_imports_are_resolved():
+  source = ("import os\nfrom . import sibling\nfrom ..other import thing\n\ndef f():\n  import launch.sweep\n"
+            "  importlib.import_module('benchmarks.inputs')\n  __import__('experiments')\n"
+            "  importlib.import_module('.x', package='gp_jax.data')\n  importlib.import_module(name)\n")
+  got = imports(source, "gp_jax.data.batching")
+  assert {"os", "gp_jax.data.sibling", "gp_jax.other.thing", "launch.sweep", "benchmarks.inputs", "experiments",
+          "gp_jax.data.x"} <= got
+  assert "gp_jax.data.sibling" in imports("from . import sibling\n", "gp_jax.data", is_init=True)
+  graph = package_graph({"gp_jax.data.batching": (source, False)})
+  assert forbidden_edges(graph) == ["gp_jax -> launch (gp_jax.data.batching)",
+                                    "gp_jax -> benchmarks (gp_jax.data.batching)"]
+  assert cycles({"a": {"b": {"a.m"}}, "b": {"c": {"b.m"}}, "c": {"a": {"c.m"}}}) == [["a", "b", "c", "a"]]
+
+
+def test_the_package_launcher_and_benchmarks_import_in_one_direction():
+  graph = package_graph(package_sources())
+  assert not forbidden_edges(graph), forbidden_edges(graph)
+  assert not cycles(graph), cycles(graph)
