@@ -24,19 +24,25 @@ compilation cache (--cache_dir); the numerics stages (attention, precision) comp
   precision   2-layer BERT (BERT-base width) + GP head, 30 steps on one fixed batch: f32 vs bf16, XLA vs cuDNN
               attention (attention dropout 0, hidden dropout 0.1), and a second f32 seed for the seed noise; loss
               and gradient-norm trajectories
-  train_step  BERT-base + GP (H=10, d=64), B16 x L256, the trainer's step (`benchmarks.inputs.ProjectStep`):
-              attention dropout 0.1 (the default; the fused cuDNN dropout too when stage attention found its masks
-              varying), then 0; ms/step, MFU against the measured bf16 peak, compile seconds, seconds from process
-              start to first step; then the PyTorch port under autocast bf16, eager and torch.compile, at the same
-              dropouts (`benchmarks.train_step.make_torch_step`); alternating rounds of all if time is left
+  train_step  BERT-base + GP (H=10, d=64), B16 x L256, the trainer's step (`benchmarks.inputs.ProjectStep`) compiled
+              as the trainer compiles it (`aot.train_program` / `resolve` / `compile_all`: cuDNN attention with dropout
+              kept out of command buffers), one row per variant of `TRAIN_VARIANTS` (XLA attention with threefry or
+              hash dropout bits, cuDNN fused dropout, attention dropout 0 on cuDNN; torch.compile): each of ours first
+              alone in its own process (build, compile, a first step, a few timed: ms/step, MFU against the measured
+              bf16 peak, compile seconds, seconds from process start to first step), so a variant whose process
+              aborts (XLA's cuDNN dropout in a command buffer did: `Check failed`) or fails loses only its row
+              (status aborted with its signal, or failed, and its last log lines) and the stage goes on; then the
+              survivors and the PyTorch port under autocast bf16 (`benchmarks.train_step.make_torch_step`) in
+              alternating rounds in the stage's process (a variant whose env that process cannot change, XLA_FLAGS,
+              is timed in its own process only). --train_variants picks the rows
   span_loss   GlobalPointer span loss + gradient, dense vs XLA blockwise (tile 512), L 512 / 2048 / 8192, H 50, D 768:
               time and the compiled program's memory (arguments + outputs + temporaries)
   extras      dropout bits (hash vs threefry) on the 2-layer step; a blocked vs an unblocked step loop
 
-DIR gets device_check.json (a section per stage with its status: ok, skipped (why), failed (error), timeout),
-device_check.md (the same as tables) and device_check.log (the children's output, the trainer runs' too). `--tiny`:
-every stage on tiny shapes on the CPU (torch and cuDNN parts skipped with their reason; the trainer on synthetic data
-with a 2-layer BERT); the test suite runs it.
+DIR gets device_check.json (a section per stage with its status: ok, skipped (why), failed (error), timeout; the
+rows a stage lost on its way under "lost"), device_check.md (the same as tables) and device_check.log (the children's
+output, the trainer runs' and the variants' too). `--tiny`: every stage on tiny shapes on the CPU (torch and cuDNN
+parts skipped with their reason; the trainer on synthetic data with a 2-layer BERT); the test suite runs it.
 
 On the lent GPU (docs/device/README.md: wheels from `benchmarks/device_wheels.sh`, installed offline), in two calls
 of at most 600 s:
@@ -51,6 +57,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import dataclasses
 import datetime
 import json
 import math
@@ -644,10 +651,20 @@ def cudnn_dropout_probe(L: int, rate: float = 0.1) -> dict:
 # ----------------------------------------------------------------------------- the trainer's step
 
 
+def train_batch(hf: dict, *, batch: int, seq: int) -> dict:
+  """The synthetic host batch every train-step variant (ours and the PyTorch port's) steps on: GP types 10."""
+  from benchmarks.inputs import bert_inputs, synthetic_batch  # pylint: disable=g-import-not-at-top
+
+  _, features = bert_inputs(hf)
+  return synthetic_batch(batch=batch, seq=seq, num_types=10, num_prefix=1, num_suffix=1, features=features,
+                         min_len=seq // 2)
+
+
 def project_step(hf: dict, *, batch: int, seq: int, dtype: str = "auto", attention: str = "auto",
-                 attention_dropout: float = 0.1, seed: int = 0, lr: float | None = None):
-  """-> (ProjectStep, device batch, FLOPs per step): BERT (`hf`) + GP (H=10, d=64), random init, synthetic batch."""
-  from benchmarks.inputs import ProjectStep, bert_config, bert_inputs, synthetic_batch  # pylint: disable=g-import-not-at-top
+                 attention_dropout: float = 0.1, dropout_bits: str = "auto", seed: int = 0, lr: float | None = None):
+  """-> (ProjectStep, device batch, FLOPs per step, host batch): BERT (`hf`) + GP (H=10, d=64), random init,
+  synthetic batch; `dropout_bits`: `model.dropout_bits` (auto resolves per platform, $GP_JAX_DROPOUT_BITS wins)."""
+  from benchmarks.inputs import ProjectStep, bert_config, bert_inputs  # pylint: disable=g-import-not-at-top
   from benchmarks.train_step import bert_gp_train_flops  # pylint: disable=g-import-not-at-top
 
   config, types = bert_config(10, 64)
@@ -656,12 +673,12 @@ def project_step(hf: dict, *, batch: int, seq: int, dtype: str = "auto", attenti
   config.model.dtype = dtype
   config.model.attention = attention
   config.model.attention_dropout = attention_dropout
+  config.model.dropout_bits = dropout_bits
   if lr is not None:
     config.optimizer.lr, config.optimizer.head_lr, config.optimizer.warmup_steps = lr, lr, 0
-  tokenizer, features = bert_inputs(hf)
+  tokenizer, _ = bert_inputs(hf)
   step = ProjectStep(config, tokenizer, types, load_weights=False, encoder_config=hf)
-  b = synthetic_batch(batch=batch, seq=seq, num_types=len(types), num_prefix=1, num_suffix=1, features=features,
-                      min_len=seq // 2)
+  b = train_batch(hf, batch=batch, seq=seq)
   flops = bert_gp_train_flops(hf, batch=batch, seq=seq, num_types=len(types), head_size=64)
   return step, step.device_batch(b), flops, b
 
@@ -715,90 +732,323 @@ def stage_precision(rec: Recorder, ctx: dict) -> None:
 
 # ----------------------------------------------------------------------------- stage d: train step
 
+# Environment variables a process may change between variants: the project reads them when it traces a program.
+# Any other (XLA_FLAGS: read once, when the backend starts) makes a variant's own process the only place it is timed.
+IN_PROCESS_ENV = ("GP_JAX_CUDNN_DROPOUT", "GP_JAX_DROPOUT_BITS")
+VARIANT_TAIL_LINES = 20
 
-def stage_train_step(rec: Recorder, ctx: dict) -> None:
+
+@dataclasses.dataclass(frozen=True)
+class StepVariant:
+  """The project's train step built one way: `model` is `project_step`'s config overrides (attention, attention_dropout,
+  dropout_bits, dtype), `env` is set while it is built and compiled, `needs` ("cudnn" or "gpu") skips it elsewhere,
+  `default` puts it in a plain run (others by --train_variants)."""
+
+  label: str
+  model: dict
+  env: dict = dataclasses.field(default_factory=dict)
+  needs: str = ""
+  default: bool = True
+  plant: bool = False  # tests only (--plant_abort): its process aborts after building, as cuDNN's did
+
+  def child_only(self) -> str | None:
+    """Why this variant is timed only in its own process (env the stage's process cannot change), or None."""
+    fixed = sorted(k for k in self.env if k not in IN_PROCESS_ENV)
+    return f"timed in its own process only ({', '.join(fixed)} is read when the backend starts)" if fixed else None
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchVariant:
+  """The PyTorch port under autocast bf16 (`benchmarks.train_step.make_torch_step`), in the stage's process."""
+
+  label: str
+  compiled: bool
+  attention_dropout: float
+  default: bool = True
+
+
+_XLA_DROP = {"attention": "xla", "attention_dropout": 0.1}
+_CUDNN_DROP = {"attention": "cudnn", "attention_dropout": 0.1}
+# Stage train_step's rows, in order: a key -> how to build it. cuDNN dropout variants go through `aot.resolve`, which
+# keeps cuDNN out of command buffers (`aot.COMMAND_BUFFER_WITHOUT_CUDNN`) as the trainer does.
+TRAIN_VARIANTS = {
+    "xla_threefry": StepVariant("ours, attention dropout 0.1, XLA attention, threefry bits",
+                                dict(_XLA_DROP, dropout_bits="threefry")),
+    "xla_hash": StepVariant("ours, attention dropout 0.1, XLA attention, hash bits",
+                            dict(_XLA_DROP, dropout_bits="hash")),
+    "cudnn_dropout": StepVariant("ours, attention dropout 0.1, cuDNN fused dropout (GP_JAX_CUDNN_DROPOUT=1)",
+                                 _CUDNN_DROP, env={"GP_JAX_CUDNN_DROPOUT": "1"}, needs="cudnn"),
+    "no_dropout": StepVariant("ours, attention dropout 0, cuDNN attention",
+                              {"attention": "cudnn", "attention_dropout": 0.0}, needs="cudnn"),
+    "cudnn_dropout_no_cmdbuf": StepVariant("ours, attention dropout 0.1, cuDNN fused dropout, command buffers off",
+                                           _CUDNN_DROP, env={"GP_JAX_CUDNN_DROPOUT": "1",
+                                                             "XLA_FLAGS": "--xla_gpu_enable_command_buffer="},
+                                           needs="cudnn", default=False),
+    "torch_compile_0.1": TorchVariant("torch.compile autocast bf16, attention dropout 0.1", True, 0.1),
+    "torch_compile_0": TorchVariant("torch.compile autocast bf16, attention dropout 0", True, 0.0),
+    "torch_eager_0.1": TorchVariant("torch eager autocast bf16, attention dropout 0.1", False, 0.1, default=False),
+    "torch_eager_0": TorchVariant("torch eager autocast bf16, attention dropout 0", False, 0.0, default=False),
+}
+PLANTED = {"planted_abort": StepVariant("planted abort (tests only)", _XLA_DROP, plant=True)}
+
+
+def train_variants(names: str = "", plant: bool = False) -> dict:
+  """The variants a run times: `names` (comma list of TRAIN_VARIANTS keys; empty: the default ones), the planted
+  abort first when `plant`."""
+  keys = [k.strip() for k in names.split(",") if k.strip()] or [k for k, v in TRAIN_VARIANTS.items() if v.default]
+  unknown = [k for k in keys if k not in TRAIN_VARIANTS]
+  if unknown:
+    raise ValueError(f"unknown train_step variants {unknown}; known: {', '.join(TRAIN_VARIANTS)}")
+  return {**(PLANTED if plant else {}), **{k: TRAIN_VARIANTS[k] for k in keys}}
+
+
+def variant_reason(v) -> str | None:
+  """Why variant `v` cannot run here, or None."""
+  if isinstance(v, TorchVariant):
+    return torch_reason()
+  if v.needs == "cudnn":
+    return cudnn_reason()
+  if v.needs == "gpu" and not on_gpu():
+    return "runs on a GPU only"
+  return None
+
+
+@contextlib.contextmanager
+def set_env(env: dict):
+  """`env` in os.environ inside the block, the old values back after it."""
+  before = {k: os.environ.get(k) for k in env}
+  os.environ.update(env)
+  try:
+    yield
+  finally:
+    for k, old in before.items():
+      if old is None:
+        os.environ.pop(k, None)
+      else:
+        os.environ[k] = old
+
+
+def build_variant(v: StepVariant, s: dict) -> tuple:
+  """-> (ProjectStep stepping the program compiled as the trainer compiles it, device batch, facts): `aot.train_program`
+  + `aot.resolve` (its per-program XLA options) + `aot.compile_all`, with the variant's in-process env set."""
+  from gp_jax import aot, factory, runtime  # pylint: disable=g-import-not-at-top
+
+  with set_env({k: x for k, x in v.env.items() if k in IN_PROCESS_ENV}):
+    compile_before, t0 = runtime.compile_seconds(), time.perf_counter()
+    step, dbatch, flops, _ = project_step(s["hf"], batch=s["B"], seq=s["L"], **v.model)
+    if v.plant:  # before compiling: the tests' stand-in costs no compile
+      plant_abort()
+    program = aot.resolve(aot.train_program(step.step_fn, step.setup, step.tx, batch=s["B"], length=s["L"]),
+                          step.setup, factory.target_platform())
+    aot.compile_all([program], threads=1)
+  if program.error is not None:
+    raise program.error
+  step.step_fn = program.compiled  # the trainer calls the executable compiled ahead (`aot.Dispatch`)
+  return step, dbatch, {"choices": program.choices, "gflop_per_step": flops / 1e9,
+                        "build_s": time.perf_counter() - t0 - program.seconds, "compile_wall_s": program.seconds,
+                        "compile_s": runtime.compile_seconds() - compile_before, "cache_hit": program.cache_hit}
+
+
+def plant_abort() -> None:
+  """The tests' stand-in for cuDNN's abort: SIGABRT after building, without a core file."""
+  import resource  # pylint: disable=g-import-not-at-top
+
+  with contextlib.suppress(ValueError, OSError):
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+  print("planted abort: os.abort() after building the step (--plant_abort)", flush=True)
+  os.abort()
+
+
+def run_variant_child(args) -> int:
+  """One variant's survival run, in its own process: build, compile, a first step, a few more timed; results in
+  `_variant_KEY.json` as they come, so whatever kills the process leaves what it had."""
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from gp_jax import runtime  # pylint: disable=g-import-not-at-top
 
-  s = ctx["shapes"]["train"]
+  runtime.configure()
+  v = {**(PLANTED if args.plant_abort else {}), **TRAIN_VARIANTS}[args.variant]
+  s = shapes(args.tiny)["train"]
+  rec = Recorder(pathlib.Path(args.out) / f"_variant_{args.variant}.json")
+  try:
+    step, dbatch, facts = build_variant(v, s)
+    rec.data.update(facts)
+    rec.flush()
+    c = facts["choices"]
+    print(f"variant {args.variant}: built, attention {c['attention']}, dropout bits {c['dropout_bits']}, XLA options "
+          f"{c['xla_options'] or 'none'}, compile {facts['compile_wall_s']:.1f} s", flush=True)
+    t1 = time.perf_counter()
+    step.step(dbatch)
+    rec.data.update(first_call_s=time.perf_counter() - t1, first_step_s=runtime.process_seconds(),
+                    first_step=runtime.first_step_line())
+    rec.flush()
+    for _ in range(2):
+      step.step(dbatch)
+    sec = common.median_seconds(lambda: step.step(dbatch), s["steps"])
+  except Exception as e:  # pylint: disable=broad-except
+    traceback.print_exc()
+    rec.data.update(status="failed", error=f"{type(e).__name__}: {str(e)[:500]}")
+    rec.flush()
+    return 1
+  print(f"variant {args.variant}: {sec * 1e3:.2f} ms/step (median of {s['steps']})", flush=True)
+  rec.data.update(status="ok", ms_per_step=sec * 1e3, tokens_per_s=s["B"] * s["L"] / sec, steps=s["steps"])
+  rec.flush()
+  return 0
+
+
+def _signal_name(number: int) -> str:
+  try:
+    return signal.Signals(number).name
+  except ValueError:
+    return f"signal {number}"
+
+
+def run_variant(args, key: str, v: StepVariant, timeout: float) -> dict:
+  """Runs variant `key` in a child of this process (same process group, so the stage's limit kills it too) ->
+  its row: what the child recorded, and for a child that died by a signal or exited nonzero, status aborted or failed,
+  the signal or exit code and its last log lines."""
+  out = pathlib.Path(args.out)
+  part, log_path = out / f"_variant_{key}.json", out / f"_variant_{key}.log"
+  part.unlink(missing_ok=True)
+  cmd = [sys.executable, "-m", "benchmarks.device_check", f"--out={args.out}", "--stage=train_step",
+         f"--variant={key}", f"--cache_dir={args.cache_dir}"]
+  cmd += (["--tiny"] if args.tiny else []) + (["--plant_abort"] if args.plant_abort else [])
+  env = dict(os.environ, **{k: x for k, x in v.env.items() if k != "XLA_FLAGS"})
+  if "XLA_FLAGS" in v.env:
+    env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {v.env['XLA_FLAGS']}".strip()
+  t0 = time.time()
+  with open(log_path, "w") as f:
+    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    try:
+      rc = proc.wait(timeout=max(1.0, timeout))
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      proc.wait()
+      rc = None
+  seconds = time.time() - t0
+  text = log_path.read_text(errors="replace")
+  print(f"----- variant {key} (exit {rc}, {seconds:.1f} s) -----\n{text}\n----- end variant {key} -----", flush=True)
+  row = json.loads(part.read_text()) if part.exists() else {}
+  for path in (part, part.with_suffix(".tmp"), log_path):
+    path.unlink(missing_ok=True)
+  row.update(label=v.label, rc=rc, seconds=round(seconds, 1), env=v.env or None)
+  if rc is None:
+    row.update(status="timeout", why=f"stopped at its limit of {timeout:.0f} s")
+  elif rc < 0:
+    row.update(status="aborted", signal=_signal_name(-rc), why=f"its process died by {_signal_name(-rc)}")
+  elif rc > 0 or row.get("status") != "ok":
+    row["status"] = "failed"
+    row.setdefault("error", f"exit {rc}")
+  if row["status"] != "ok":
+    row["log_tail"] = [line[:400] for line in _lines(text.rstrip())[-VARIANT_TAIL_LINES:]]
+  return row
+
+
+def _variant_timeout(left: float, todo: int, tiny: bool) -> float:
+  """A variant child's limit: up to twice its share of what is left (the variants still to run and the rounds)."""
+  return min(left, max(30.0 if tiny else 90.0, 2 * left / (todo + 1)))
+
+
+def stage_train_step(rec: Recorder, ctx: dict) -> None:
+  """Each of our variants first alone in its own process (an abort there loses only its row), then the survivors
+  and the PyTorch port in alternating rounds in this one."""
+  from benchmarks import common  # pylint: disable=g-import-not-at-top
+  from benchmarks.train_step import bert_gp_train_flops  # pylint: disable=g-import-not-at-top
+
+  s, args = ctx["shapes"]["train"], ctx["args"]
   peak = ((ctx.get("previous", {}).get("versions") or {}).get("peaks_gflops") or {}).get("bf16" if on_gpu() else
                                                                                           "f32", {}).get("jax")
+  flops = bert_gp_train_flops(s["hf"], batch=s["B"], seq=s["L"], num_types=10, head_size=64)
+  mfu = lambda ms: flops / (ms / 1e3) / (peak * 1e9) if peak and ms else None  # noqa: E731
   rec.set("shape", {"B": s["B"], "L": s["L"], "layers": s["hf"]["num_hidden_layers"],
                     "hidden": s["hf"]["hidden_size"], "types": 10, "head_size": 64, "peak_gflops": peak})
-  probe = (ctx.get("previous", {}).get("attention") or {}).get("dropout") or {}
-  variants = [("ours, attention dropout 0.1", 0.1, None), ("ours, attention dropout 0", 0.0, None)]
-  if probe.get("status") == "ok":  # measured on the GPU: time the fused cuDNN dropout too
-    variants.append(("ours, attention dropout 0.1, cuDNN fused dropout", 0.1, "1"))
-  fns, first_line, host_batch, flops = {}, None, None, None
-  for name, rate, cudnn_dropout in variants:
-    env_before = os.environ.get("GP_JAX_CUDNN_DROPOUT")
-    if cudnn_dropout:
-      os.environ["GP_JAX_CUDNN_DROPOUT"] = cudnn_dropout
+  probe = (ctx.get("previous", {}).get("attention") or {}).get("dropout")
+  if probe:
+    rec.set("cudnn_dropout_probe", {k: probe.get(k) for k in ("status", "usable_in_training", "why")
+                                    if probe.get(k) is not None})
+  table = train_variants(args.train_variants, args.plant_abort)
+  ours = [(k, v) for k, v in table.items() if isinstance(v, StepVariant)]
+  rows, survivors = {}, []
+  for i, (key, v) in enumerate(ours):
+    why = variant_reason(v)
+    left = ctx["deadline"] - time.time()
+    if why is None and left < (5 if ctx["tiny"] else 30):
+      why = f"no time left in the stage's limit ({left:.0f} s)"
+    if why is not None:
+      rows[key] = {"label": v.label, **skipped(why)}
+    else:
+      rows[key] = run_variant(args, key, v, _variant_timeout(left, len(ours) - i, ctx["tiny"]))
+      if rows[key]["status"] == "ok":
+        rows[key]["mfu"] = mfu(rows[key]["ms_per_step"])
+        rows[key]["timed"] = v.child_only() or "alone in its own process, then in the rounds"
+        survivors.append(key)
+        if "first_step" not in rec.data:
+          rec.set("first_step", rows[key]["first_step"])
+          rec.set("first_step_note", f"{v.label}, in its own process, timed from that process's start")
+    rec.update("variants", key, rows[key])
+  lost = {k: r.get("signal") or r["status"] for k, r in rows.items() if r["status"] in ("aborted", "failed", "timeout")}
+  if lost:
+    rec.set("lost", lost)
+  torch_keys = [k for k, v in table.items() if isinstance(v, TorchVariant)]
+  why = torch_reason() if torch_keys else None
+  again = [k for k in survivors if not table[k].child_only()]
+  if len(again) + (0 if why else len(torch_keys)) < 2:  # nothing to alternate with
+    for key in again:
+      rec.update("variants", key, dict(rows[key], timed="alone in its own process (no other variant to alternate "
+                                       "with)"))
+    again = []
+  fns = {}
+  for key in again:
+    v = table[key]
+    if ctx["deadline"] - time.time() < (5 if ctx["tiny"] else 30):
+      rec.update("variants", key, dict(rows[key], timed="alone in its own process (no time left for the rounds)"))
+      continue
     try:
-      compile_before, t0 = runtime.compile_seconds(), time.perf_counter()
-      step, dbatch, flops, host_batch = project_step(s["hf"], batch=s["B"], seq=s["L"], attention_dropout=rate)
-      init_s = time.perf_counter() - t0
-      t1 = time.perf_counter()
-      step.step(dbatch)
-      first_s = time.perf_counter() - t1
-      if first_line is None:
-        first_line = runtime.first_step_line()
-        rec.set("first_step", first_line)
+      step, dbatch, _ = build_variant(v, s)
       for _ in range(2):
         step.step(dbatch)
-      sec = common.median_seconds(lambda step=step, dbatch=dbatch: step.step(dbatch), s["steps"])
     except Exception as e:  # pylint: disable=broad-except
       traceback.print_exc()
-      rec.update("variants", name, {"status": "failed", "error": f"{type(e).__name__}: {str(e)[:300]}"})
+      rec.update("variants", key, dict(rows[key], timed="alone only: building it again in the stage's process "
+                                       f"failed ({type(e).__name__}: {str(e)[:300]})"))
       continue
-    finally:
-      if cudnn_dropout:
-        if env_before is None:
-          os.environ.pop("GP_JAX_CUDNN_DROPOUT", None)
-        else:
-          os.environ["GP_JAX_CUDNN_DROPOUT"] = env_before
-    fns[name] = lambda step=step, dbatch=dbatch: step.step(dbatch)
-    rec.update("variants", name, {
-        "status": "ok", "ms_per_step": sec * 1e3, "tokens_per_s": s["B"] * s["L"] / sec,
-        "mfu": flops / sec / (peak * 1e9) if peak else None, "gflop_per_step": flops / 1e9,
-        "init_s": init_s, "first_step_s": first_s, "compile_s": runtime.compile_seconds() - compile_before})
-  why = torch_reason() or (None if host_batch is not None else "no project step was built")
-  if why is not None:
-    rec.update("variants", "torch", skipped(why))
-  else:
+    fns[key] = lambda step=step, dbatch=dbatch: step.step(dbatch)
+  for key in torch_keys:
+    v = table[key]
+    if why is not None:
+      rec.update("variants", key, {"label": v.label, **skipped(why)})
+      continue
     import torch  # pylint: disable=g-import-not-at-top
 
     from benchmarks.train_step import make_torch_step  # pylint: disable=g-import-not-at-top
 
     torch.backends.cuda.matmul.allow_tf32 = True
-    hf = dict(s["hf"], attn_implementation="sdpa")
-    for rate in (0.1, 0.0):
-      for compiled in (False, True):
-        name = f"torch{'.compile' if compiled else ' eager'} autocast bf16, attention dropout {rate:g}"
-        try:
-          t1 = time.perf_counter()
-          fn, attn = make_torch_step(hf, None, batch=host_batch, num_types=10, head_size=64, compiled=compiled,
-                                     autocast=True, attention_dropout=rate)
-          fn()
-          first_s = time.perf_counter() - t1
-          for _ in range(2):
-            fn()
-          sec = common.median_seconds(fn, s["steps"])
-        except Exception as e:  # pylint: disable=broad-except
-          rec.update("variants", name, {"status": "failed", "error": f"{type(e).__name__}: {str(e)[:300]}"})
-          continue
-        fns[name] = fn
-        rec.update("variants", name, {"status": "ok", "ms_per_step": sec * 1e3, "tokens_per_s": s["B"] * s["L"] / sec,
-                                      "mfu": flops / sec / (peak * 1e9) if peak else None, "first_step_s": first_s,
-                                      "attention": attn})
+    try:
+      t1 = time.perf_counter()
+      fn, attn = make_torch_step(dict(s["hf"], attn_implementation="sdpa"), None,
+                                 batch=train_batch(s["hf"], batch=s["B"], seq=s["L"]), num_types=10, head_size=64,
+                                 compiled=v.compiled, autocast=True, attention_dropout=v.attention_dropout)
+      fn()
+      first_s = time.perf_counter() - t1
+      for _ in range(2):
+        fn()
+      sec = common.median_seconds(fn, s["steps"])
+    except Exception as e:  # pylint: disable=broad-except
+      traceback.print_exc()
+      rec.update("variants", key, {"label": v.label, "status": "failed",
+                                   "error": f"{type(e).__name__}: {str(e)[:300]}"})
+      continue
+    fns[key] = fn
+    rec.update("variants", key, {"label": v.label, "status": "ok", "ms_per_step": sec * 1e3,
+                                 "tokens_per_s": s["B"] * s["L"] / sec, "mfu": mfu(sec * 1e3), "first_step_s": first_s,
+                                 "attention": attn, "timed": "in the stage's process, then in the rounds"})
   if len(fns) > 1:
     rounds = common.alternate(fns, rounds=3, calls=max(3, s["steps"] // 2))
     base = next(iter(fns))
-    rec.set("rounds", {name: {"ms_median": rounds.spread(name).median * 1e3,
-                              "ms": [None if x is None else x * 1e3 for x in rounds.values[name]],
-                              "vs_first": rounds.ratio(name, base).fmt()} for name in fns})
-    rec.set("rounds_note", f"3 alternating rounds of every variant; vs_first: per-round time / {base!r}'s, "
-                           "median [min..max]; " + rounds.watch.readout())
+    rec.set("rounds", {key: {"label": table[key].label, "ms_median": rounds.spread(key).median * 1e3,
+                             "ms": [None if x is None else x * 1e3 for x in rounds.values[key]],
+                             "vs_first": rounds.ratio(key, base).fmt()} for key in fns})
+    rec.set("rounds_note", f"3 alternating rounds of every variant in one process; vs_first: per-round time / "
+                           f"{table[base].label!r}'s, median [min..max]; " + rounds.watch.readout())
 
 
 # ----------------------------------------------------------------------------- stage e: span loss
@@ -858,18 +1108,11 @@ def stage_extras(rec: Recorder, ctx: dict) -> None:
   from benchmarks import common  # pylint: disable=g-import-not-at-top
 
   s = ctx["shapes"]["extras"]
-  fns, before = {}, os.environ.get("GP_JAX_DROPOUT_BITS")
-  try:
-    for bits in ("threefry", "hash"):
-      os.environ["GP_JAX_DROPOUT_BITS"] = bits  # read when the step is traced
-      step, dbatch, _, _ = project_step(s["hf"], batch=s["B"], seq=s["L"], attention_dropout=0.1)
-      step.step(dbatch)
-      fns[bits] = (step, dbatch)
-  finally:
-    if before is None:
-      os.environ.pop("GP_JAX_DROPOUT_BITS", None)
-    else:
-      os.environ["GP_JAX_DROPOUT_BITS"] = before
+  fns = {}
+  for bits in ("threefry", "hash"):  # model.dropout_bits ($GP_JAX_DROPOUT_BITS, when set, overrides both)
+    step, dbatch, _, _ = project_step(s["hf"], batch=s["B"], seq=s["L"], attention_dropout=0.1, dropout_bits=bits)
+    step.step(dbatch)
+    fns[bits] = (step, dbatch)
   rounds = common.alternate({b: (lambda st=st, db=db: st.step(db)) for b, (st, db) in fns.items()}, rounds=3,
                             calls=s["steps"])
   rec.set("dropout_bits", {"threefry_ms": rounds.spread("threefry").median * 1e3,
@@ -906,6 +1149,8 @@ STAGE_FNS = {"versions": stage_versions, "trainer": stage_trainer, "attention": 
 def run_child(args) -> int:
   from gp_jax import runtime  # pylint: disable=g-import-not-at-top
 
+  if args.variant:
+    return run_variant_child(args)
   runtime.configure()
   start = time.time()
   out = pathlib.Path(args.out)
@@ -957,8 +1202,9 @@ def run_stage(args, stage: str, limit: float, log) -> dict:
   part.unlink(missing_ok=True)
   cmd = [sys.executable, "-m", "benchmarks.device_check", f"--out={args.out}", f"--stage={stage}",
          f"--cache_dir={args.cache_dir}", f"--limit_s={limit:.1f}", f"--data_dir={args.data_dir}",
-         f"--anchor={args.anchor}", f"--trainer_runs={args.trainer_runs}", f"--scratch_dir={args.scratch_dir}"]
-  cmd += ["--tiny"] if args.tiny else []
+         f"--anchor={args.anchor}", f"--trainer_runs={args.trainer_runs}", f"--scratch_dir={args.scratch_dir}",
+         f"--train_variants={args.train_variants}"]
+  cmd += (["--tiny"] if args.tiny else []) + (["--plant_abort"] if args.plant_abort else [])
   log.write(f"\n===== stage {stage} (limit {limit:.0f} s) {datetime.datetime.now(datetime.timezone.utc):%H:%M:%S} "
             "UTC =====\n")
   log.flush()
@@ -979,7 +1225,8 @@ def run_stage(args, stage: str, limit: float, log) -> dict:
     data["why"] = f"stopped at its limit of {limit:.0f} s; what it had measured is kept"
   elif proc.returncode and data.get("status") in (None, "running", "ok"):
     data["status"] = "failed"
-    data.setdefault("error", f"exit {proc.returncode} (device_check.log)")
+    how = f"killed by {_signal_name(-proc.returncode)}" if proc.returncode < 0 else f"exit {proc.returncode}"
+    data.setdefault("error", f"{how} (device_check.log)")
   data.setdefault("status", "failed")
   data["seconds"] = round(time.time() - t0, 1)
   data["limit_s"] = round(limit, 1)
@@ -1007,8 +1254,12 @@ def main(argv=None) -> int:
                  "this order; default all, --tiny all but other_head)")
   p.add_argument("--scratch_dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "gp_jax_device_trainer"),
                  help="trainer: the fake BERT, the runs' compilation cache, workdirs and output (not under --out)")
+  p.add_argument("--train_variants", default="", help="train_step: comma list of our and the PyTorch port's "
+                 f"variants ({', '.join(TRAIN_VARIANTS)}; default those marked default in TRAIN_VARIANTS)")
   p.add_argument("--stage", default="", help=argparse.SUPPRESS)
   p.add_argument("--limit_s", type=float, default=0.0, help=argparse.SUPPRESS)
+  p.add_argument("--variant", default="", help=argparse.SUPPRESS)  # a train_step variant's own process
+  p.add_argument("--plant_abort", action="store_true", help=argparse.SUPPRESS)  # tests: a variant that aborts
   args = p.parse_args(argv)
   pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
   if args.stage:
@@ -1020,6 +1271,10 @@ def main(argv=None) -> int:
   unknown = [r for r in args.trainer_runs.split(",") if r.strip() and r.strip() not in TRAINER_RUNS]
   if unknown:
     p.error(f"unknown trainer runs {unknown}; known: {', '.join(TRAINER_RUNS)}")
+  try:
+    train_variants(args.train_variants)
+  except ValueError as e:
+    p.error(str(e))
   os.makedirs(args.cache_dir, exist_ok=True)
   out = pathlib.Path(args.out)
   start = time.time()
@@ -1098,6 +1353,51 @@ def trainer_markdown(t: dict) -> list[str]:
   return lines
 
 
+def train_step_markdown(t: dict) -> list[str]:
+  """Stage train_step's table, a row per variant (an aborted one with its signal), its lost rows' last log lines,
+  and the alternating rounds."""
+  if not t.get("variants"):
+    return []
+  sh = t.get("shape", {})
+  lines = ["", f"## Train step: BERT ({sh.get('layers')} layers, D={sh.get('hidden')}) + GP, B{sh.get('B')} x "
+           f"L{sh.get('L')}", "", f"First step: {t.get('first_step', '-')} ({t.get('first_step_note', '-')}). "
+           "ms/step: ours alone in its own process (median after a first step and 2 more), torch in the stage's "
+           "process; compile s: backend compile (0 on a persistent-cache hit) / wall.", "",
+           "| variant | status | ms/step | tokens/s | MFU | compile s | first step s | attention, bits, XLA options |",
+           "|---|---|---|---|---|---|---|---|"]
+  for key, x in t["variants"].items():
+    label = x.get("label", key)
+    if x.get("status") != "ok":
+      note = x.get("why") or x.get("error")
+      status = (f"**aborted ({x.get('signal')})**" if x.get("status") == "aborted" else
+                x.get("status", "-") + (f": {note}" if note else ""))
+      lines.append(f"| {label} | {status} | | | | | | |")
+      continue
+    mfu = x.get("mfu")
+    c = x.get("choices") or {}
+    kernels = (f"{c.get('attention')}, {c.get('dropout_bits')}, {c.get('xla_options') or '-'}" if c
+               else x.get("attention", "-"))
+    compile_s = (f"{_fmt(x.get('compile_s'), '.1f')} / {_fmt(x.get('compile_wall_s'), '.1f')}"
+                 if x.get("compile_wall_s") is not None else "-")
+    lines.append(f"| {label} | ok | {_fmt(x['ms_per_step'], '.2f')} | {_fmt(x['tokens_per_s'], ',.0f')} | "
+                 f"{'-' if mfu is None else f'{100 * mfu:.1f}%'} | {compile_s} | "
+                 f"{_fmt(x.get('first_step_s'), '.1f')} | {kernels} |")
+  for key, x in t["variants"].items():
+    if x.get("log_tail"):
+      tail = [line for line in x["log_tail"] if line.strip()][-3:]
+      how = f"died by {x['signal']}" if x.get("signal") else f"{x.get('status')} ({x.get('error') or x.get('why')})"
+      lines.append(f"- {x.get('label', key)}: {how}; its last lines: " + " / ".join(f"`{line.strip()}`"
+                                                                                    for line in tail))
+  lines += [f"- {x.get('label', key)}: {x['timed']}" for key, x in t["variants"].items()
+            if x.get("status") == "ok" and not x.get("timed", "").endswith("then in the rounds")]
+  if t.get("rounds"):
+    lines += ["", f"Alternating rounds ({t.get('rounds_note', '')}):", "", "| variant | ms/step (median) | vs first |",
+              "|---|---|---|"]
+    lines += [f"| {x.get('label', n)} | {_fmt(x['ms_median'], '.2f')} | {x['vs_first']} |"
+              for n, x in t["rounds"].items()]
+  return lines
+
+
 def markdown(result: dict) -> str:
   st = result["stages"]
   lines = [f"# Device check, {result['started_utc']} UTC", "",
@@ -1106,6 +1406,8 @@ def markdown(result: dict) -> str:
            "| stage | status | seconds (limit) |", "|---|---|---|"]
   for name, s in st.items():
     note = s.get("why") or s.get("error") or ""
+    if s.get("lost"):  # variants lost inside a stage that went on
+      note = "; ".join([note] * bool(note) + [f"lost {k} ({x})" for k, x in s["lost"].items()])
     lines.append(f"| {name} | {s['status']}{': ' + note if note else ''} | {s.get('seconds')} ({s.get('limit_s')}) |")
   v = st.get("versions", {})
   if v.get("versions"):
@@ -1143,24 +1445,7 @@ def markdown(result: dict) -> str:
     if pr.get("within_seed_noise"):
       lines += ["", "Within seed noise (max loss diff <= f32 seed 0 vs seed 1): " + ", ".join(
           f"{n}: {ok}" for n, ok in pr["within_seed_noise"].items())]
-  t = st.get("train_step", {})
-  if t.get("variants"):
-    sh = t.get("shape", {})
-    lines += ["", f"## Train step: BERT ({sh.get('layers')} layers, D={sh.get('hidden')}) + GP, B{sh.get('B')} x "
-              f"L{sh.get('L')}", "", f"First step: {t.get('first_step', '-')}.", "",
-              "| variant | ms/step | tokens/s | MFU | compile s | first step s |", "|---|---|---|---|---|---|"]
-    for n, x in t["variants"].items():
-      if x.get("status") != "ok":
-        lines.append(f"| {n} | {x.get('status')}: {x.get('why') or x.get('error')} | | | | |")
-        continue
-      mfu = x.get("mfu")
-      lines.append(f"| {n} | {_fmt(x['ms_per_step'], '.1f')} | {_fmt(x['tokens_per_s'], ',.0f')} | "
-                   f"{'-' if mfu is None else f'{100 * mfu:.1f}%'} | {_fmt(x.get('compile_s'), '.1f')} | "
-                   f"{_fmt(x.get('first_step_s'), '.1f')} |")
-    if t.get("rounds"):
-      lines += ["", f"Alternating rounds ({t.get('rounds_note', '')}):", "", "| variant | ms/step (median) | vs first |",
-                "|---|---|---|"]
-      lines += [f"| {n} | {_fmt(x['ms_median'], '.1f')} | {x['vs_first']} |" for n, x in t["rounds"].items()]
+  lines += train_step_markdown(st.get("train_step", {}))
   sl = st.get("span_loss", {})
   if sl.get("runs"):
     lines += ["", "## Span loss + gradient (GlobalPointer, B=1)", "", "| run | ms | program GiB | compile s |",

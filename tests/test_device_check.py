@@ -1,6 +1,6 @@
 """benchmarks.device_check --tiny: every stage runs on the CPU (cuDNN and torch parts skipped with their reason),
-the results say what was measured, and a stage cut off by its limit keeps its status; the trainer stage's log
-parsers; benchmarks/device_wheels.sh's import check."""
+the results say what was measured, a stage cut off by its limit keeps its status, and a train_step variant whose
+process aborts loses only its row; the trainer stage's log parsers; benchmarks/device_wheels.sh's import check."""
 
 import json
 import subprocess
@@ -117,7 +117,7 @@ def test_tiny_trainer_stage(tmp_path):
 @pytest.mark.e2e
 def test_tiny_run_covers_every_stage(tmp_path):
   assert device_check.STAGES == ("versions", "trainer", "attention", "precision", "train_step", "span_loss", "extras")
-  others = [s for s in device_check.STAGES if s != "trainer"]  # the trainer has its own test above
+  others = [s for s in device_check.STAGES if s not in ("trainer", "train_step")]  # each has its own test
   proc = _run(tmp_path, "--budget_s=400", f"--stages={','.join(others)}")
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   result = json.loads((tmp_path / "device_check.json").read_text())
@@ -134,17 +134,52 @@ def test_tiny_run_covers_every_stage(tmp_path):
   assert precision["variants"]["bf16 cudnn seed 0"]["status"] == "skipped"
   assert len(precision["variants"]["f32 xla seed 0"]["loss"]) == 3
   assert precision["summary"]["bf16 xla seed 0"]["max_abs_loss_diff"] < 0.1  # bf16 tracks f32 on one fixed batch
-  train = stages["train_step"]
-  ours = [v for n, v in train["variants"].items() if n.startswith("ours")]
-  assert len(ours) == 2 and all(v["ms_per_step"] > 0 and v["compile_s"] > 0 for v in ours)
-  assert train["variants"]["torch"]["status"] == "skipped"
-  assert train["first_step"].startswith("first step after")
   runs = stages["span_loss"]["runs"]
   for L in (32, 64):  # dense and blockwise compute one loss
     assert runs[f"L{L} dense"]["loss"] == pytest.approx(runs[f"L{L} blockwise"]["loss"], rel=1e-4)
   assert {"threefry_ms", "hash_ms"} <= set(stages["extras"]["dropout_bits"])
   md = (tmp_path / "device_check.md").read_text()
-  assert "## Train step" in md and "skipped: cuDNN needs a CUDA GPU" in md
+  assert "## Attention" in md and "## Span loss" in md
+
+
+@pytest.mark.e2e
+def test_an_aborting_variant_loses_only_its_row(tmp_path):
+  """A variant whose process aborts (the planted stand-in for cuDNN's `Check failed` abort) is a row with its signal
+  and last log lines; the stage goes on and times the others."""
+  proc = _run(tmp_path, "--budget_s=240", "--stages=train_step", "--plant_abort")
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  stage = json.loads((tmp_path / "device_check.json").read_text())["stages"]["train_step"]
+  assert stage["status"] == "ok", stage.get("error")
+  variants = stage["variants"]
+  assert list(variants) == ["planted_abort", *device_check.train_variants()]  # the abort first: the stage goes on
+  planted = variants["planted_abort"]
+  assert planted["status"] == "aborted" and planted["signal"] == "SIGABRT" and planted["rc"] == -6
+  assert any("os.abort()" in line for line in planted["log_tail"]) and len(planted["log_tail"]) <= 20
+  assert stage["lost"] == {"planted_abort": "SIGABRT"}
+  for key in ("xla_threefry", "xla_hash"):  # each alone in its own process, then in the rounds of this one
+    v = variants[key]
+    assert v["status"] == "ok" and v["ms_per_step"] > 0 and v["compile_wall_s"] > 0, v
+    assert v["choices"]["attention"] == "xla" and v["choices"]["dropout_bits"] == key.split("_")[1]
+    assert stage["rounds"][key]["ms_median"] > 0
+  assert set(stage["rounds"]) == {"xla_threefry", "xla_hash"}
+  for key in ("cudnn_dropout", "no_dropout"):
+    assert variants[key]["status"] == "skipped" and "CUDA GPU" in variants[key]["why"]
+  assert variants["torch_compile_0.1"]["status"] == "skipped" and "GPU only" in variants["torch_compile_0.1"]["why"]
+  assert stage["first_step"].startswith("first step after")
+  md = (tmp_path / "device_check.md").read_text()
+  assert "| planted abort (tests only) | **aborted (SIGABRT)** |" in md and "lost planted_abort (SIGABRT)" in md
+  assert "died by SIGABRT" in md and "skipped: cuDNN needs a CUDA GPU" in md
+  assert not list(tmp_path.glob("_variant_*")), "a variant's files were left"
+
+
+def test_variant_table():
+  table = device_check.train_variants()
+  assert "planted_abort" not in table and "planted_abort" in device_check.train_variants(plant=True)
+  assert {"xla_threefry", "xla_hash", "cudnn_dropout", "no_dropout", "torch_compile_0.1"} <= set(table)
+  assert table["cudnn_dropout"].env == {"GP_JAX_CUDNN_DROPOUT": "1"} and table["cudnn_dropout"].child_only() is None
+  assert "XLA_FLAGS" in device_check.TRAIN_VARIANTS["cudnn_dropout_no_cmdbuf"].child_only()
+  with pytest.raises(ValueError, match="unknown train_step variants"):
+    device_check.train_variants("nope")
 
 
 @pytest.mark.e2e
