@@ -11,7 +11,7 @@ compilation cache (--cache_dir); the numerics stages (attention, precision) comp
   trainer     the real trainer as a user runs it, `python -m gp_jax.main --config=experiments/su2022.py:dataset=
               cluener2020,epochs=2` on a BERT-base-Chinese-shaped checkpoint with random weights (written here with
               transformers; CLUENER from --data_dir): cold compilation cache, warm, the PyTorch port (--anchor, its
-              own script) on the same card, the warm run at steps_per_execution=0 (when the config has the key), the
+              own script) on the same card, the warm run at one step per call (su2022 runs k per call), the
               efficient head after those (--trainer_runs picks). Per run, from its log: first step, each program
               compiled ahead (seconds, cache hit or miss), dev evaluations, steady ms/step by bucket, checkpoints,
               whole wall, dev F1. A call of its own: `--stages=versions,trainer --budget_s=560`
@@ -129,7 +129,7 @@ def shapes(tiny: bool) -> dict:
   if tiny:
     trainer = {"config": "experiments/synthetic.py:encoder=bert", "corpus": None, "lowercase": False, "min_run_s": 5,
                "hf": dict(tiny_bert, max_position_embeddings=128, vocab_size=None),
-               "runs": ("cold", "warm", "anchor", "warm_spe0"),  # other_head: a third cold compile, ~30 s here
+               "runs": ("cold", "warm", "anchor", "warm_k1"),  # other_head: a third cold compile, ~30 s here
                # 24 steps before the first evaluation: fewer would leave a model whose hits overflow the eval's hit
                # buffer, and the bigger buffer's program compiles on first use
                "overrides": ["--config.num_train_steps=48", "--config.num_epochs=0", "--config.eval_every_steps=24",
@@ -238,9 +238,9 @@ def stage_versions(rec: Recorder, ctx: dict) -> None:
 
 
 # The anchor right after the warm run: what does not fit one call's budget can run in a second call, where a first
-# run fills the compilation cache that warm_spe0 and other_head start from.
-TRAINER_RUNS = ("cold", "warm", "anchor", "warm_spe0", "other_head")
-TRAINER_LABELS = {"cold": "cold", "warm": "warm", "warm_spe0": "warm, steps_per_execution=0",
+# run fills the compilation cache that warm_k1 and other_head start from.
+TRAINER_RUNS = ("cold", "warm", "anchor", "warm_k1", "other_head")
+TRAINER_LABELS = {"cold": "cold", "warm": "warm", "warm_k1": "warm, one step per call (steps_per_execution=1)",
                   "other_head": "other head (efficient), after warm", "anchor": "torch anchor (eager)"}
 ANCHOR_EPOCHS = 2  # the trainer's epochs=2
 _N = r"([\d.,]+|nan|inf)"
@@ -381,12 +381,6 @@ def write_fake_bert(folder: pathlib.Path, texts, *, hf: dict, lowercase: bool, w
   return dict(spec, reused=False)
 
 
-def _spe_in_config() -> bool:
-  from gp_jax.configs import base  # pylint: disable=g-import-not-at-top
-
-  return "steps_per_execution" in base.get_config()
-
-
 def _run_logged(name: str, cmd: list[str], *, env: dict, timeout: float, scratch: pathlib.Path) -> tuple:
   """(exit code or None on timeout, seconds, output): `cmd` from the repo root, its output also in the stage's log."""
   log_path = scratch / f"{name}.out"
@@ -450,12 +444,10 @@ def stage_trainer(rec: Recorder, ctx: dict) -> None:
   rec.set("fake_bert", {"seconds": round(time.perf_counter() - t0, 1), "vocab_rows": spec["vocab_rows"],
                         "reused": spec["reused"], **{k: spec["hf"][k] for k in ("vocab_size", "num_hidden_layers",
                                                                                 "hidden_size")}})
-  spe = _spe_in_config()
-  rec.set("steps_per_execution", {"in_config": spe, "note": "warm_spe0: the warm run again at "
-                                  "--config.steps_per_execution=0" if spe else "no steps_per_execution key in "
-                                  "gp_jax/configs/base.py: run warm_spe0 not made"})
+  rec.set("steps_per_execution", {"note": "su2022 runs k steps per call (steps_per_execution=0: auto); warm_k1 "
+                                  "is the warm run again at --config.steps_per_execution=1"})
   cache = scratch / "jax_cache"
-  extra = {"cold": [], "warm": [], "warm_spe0": ["--config.steps_per_execution=0"],
+  extra = {"cold": [], "warm": [], "warm_k1": ["--config.steps_per_execution=1"],
            "other_head": ["--config.model.head=efficient"]}
   backend = None
   for name in TRAINER_RUNS:
@@ -476,9 +468,6 @@ def stage_trainer(rec: Recorder, ctx: dict) -> None:
       rec.update("runs", name, {"status": _run_status(rc), "command": " ".join(cmd), "rc": rc,
                                 "wall_s": round(seconds, 1), **parse_anchor_log(text),
                                 **({"log_tail": text[-3000:]} if rc != 0 else {})})
-      continue
-    if name == "warm_spe0" and not spe:
-      rec.update("runs", name, skipped("gp_jax/configs/base.py has no steps_per_execution key"))
       continue
     if left < s["min_run_s"]:
       rec.update("runs", name, skipped(f"no time left in the stage's limit ({left:.0f} s)"))

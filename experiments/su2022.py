@@ -48,6 +48,8 @@ def get_config(arg=None):
   c.data.truncate = False  # he trains on the first maxlen tokens only (tokenize(text, maxlen=maxlen)); True = his
   c.data.test_split = "test" if a.dataset == "people_daily" else ""  # CLUENER and CMeEE test sets are unlabelled
   c.batch_size = 16  # batch_size = 16
+  c.data.bucket_run = 16  # ours: an epoch's batches come in shuffled runs of 16 of one bucket, so k-step calls are full
+  c.steps_per_execution = 0  # ours: auto, k train steps per call on GPU/TPU (gp_jax.feed.AUTO_STEPS), 1 on CPU
   c.eval_batch_size = 64
   c.num_epochs = a.epochs or 10.0  # epochs = 10
   c.eval_every_steps = 0  # Evaluator.on_epoch_end: dev F1 once per epoch

@@ -96,7 +96,7 @@ def test_tiny_trainer_stage(tmp_path):
   stage = json.loads((tmp_path / "device_check.json").read_text())["stages"]["trainer"]
   assert stage["status"] == "ok", stage.get("error")
   runs = stage["runs"]
-  assert list(runs) == ["cold", "warm", "anchor", "warm_spe0"]
+  assert list(runs) == ["cold", "warm", "anchor", "warm_k1"]
   assert runs["anchor"]["status"] == "skipped" and "--anchor" in runs["anchor"]["why"]
   for name in ("cold", "warm"):
     r = runs[name]
