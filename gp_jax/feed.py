@@ -4,8 +4,9 @@ A group is `steps_per_execution` (k) consecutive batches of one length bucket, o
 an evaluation or checkpoint step, an epoch's end or the last step comes before k same-bucket batches are reached.
 Group boundaries fall on multiples of k of the absolute step, so a resumed run groups its steps as an unresumed one
 does. The plan is a pure function of the
-batch order; a thread builds each group's batches from a clone of the iterator and places them on the devices while
-the current call runs, so the iterator the checkpoint saves moves only as groups are trained on.
+batch order; a thread builds each group's batches from a clone of the iterator while the current call runs, and the
+loop's thread places the next group on the devices before it dispatches the current one, so the iterator the
+checkpoint saves moves only as groups are trained on.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 from gp_jax import sharding as shd
 from gp_jax.evaluate import model_batch
 
-AUTO_STEPS = {"cpu": 1, "cuda": 8, "rocm": 8, "tpu": 16}  # steps_per_execution=0, by platform
+AUTO_STEPS = {"cpu": 4, "cuda": 8, "rocm": 8, "tpu": 16}  # steps_per_execution=0, by platform (docs/benchmarks/pipeline.md)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +69,8 @@ def plan(lengths: np.ndarray, *, start: int, k: int, every: tuple[int, ...], tot
 
 @dataclasses.dataclass
 class Fed:
-  """One group, ready: its device batch (stacked [k, ...] when k > 1) and what the host counts of it."""
+  """One group: its batch (host numpy from the thread, device arrays once placed; stacked [k, ...] when k > 1) and
+  what the host counts of it."""
 
   group: Group
   batch: dict
@@ -78,7 +80,8 @@ class Fed:
 
 
 class Feed:
-  """Yields `Fed` groups in plan order; a thread builds and places up to `depth` groups ahead."""
+  """Yields `Fed` groups in plan order: a thread builds up to `depth` groups ahead on the host, the iterating thread
+  places each on the devices one group ahead."""
 
   _DONE = object()
 
@@ -91,6 +94,7 @@ class Feed:
     self._thread.start()
 
   def _build(self, group: Group) -> Fed:
+    """The group's host batch (numpy; stacked [k, ...] when k > 1): built on the thread."""
     before = self._source.span_overflow
     batches = [next(self._source) for _ in range(group.size)]
     lengths = {b["attention_mask"].shape[1] for b in batches}
@@ -99,11 +103,14 @@ class Feed:
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
     examples = sum(int((b["example_index"] >= 0).sum()) for b in batches)
     rows = [model_batch(b) for b in batches]
-    if group.size == 1:
-      device = shd.global_batch(rows[0], self.mesh)
-    else:
-      device = shd.global_stacked_batch({k: np.stack([r[k] for r in rows]) for k in rows[0]}, self.mesh)
-    return Fed(group, device, tokens, examples, self._source.span_overflow - before)
+    host = rows[0] if group.size == 1 else {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+    return Fed(group, host, tokens, examples, self._source.span_overflow - before)
+
+  def _place(self, fed: Fed) -> Fed:
+    """The group's batch on the devices (the calling thread: every call into the runtime stays on one thread; on a
+    multi-device CPU a placement from a second thread beside a running collective can starve its rendezvous)."""
+    place = shd.global_batch if fed.group.size == 1 else shd.global_stacked_batch
+    return dataclasses.replace(fed, batch=place(fed.batch, self.mesh))
 
   def _put(self, item) -> bool:
     while not self._stop.is_set():
@@ -125,13 +132,21 @@ class Feed:
     self._put(self._DONE)
 
   def __iter__(self) -> Iterator[Fed]:
+    """Groups in order, each placed on the devices one group ahead of its use (transfers are asynchronous: the next
+    group's copy overlaps the current call)."""
+    ready = None
     while True:
       item = self._queue.get()
-      if item is self._DONE:
-        return
       if isinstance(item, BaseException):
         raise item
-      yield item
+      if item is self._DONE:
+        if ready is not None:
+          yield ready
+        return
+      placed = self._place(item)
+      if ready is not None:
+        yield ready
+      ready = placed
 
   def close(self) -> None:
     self._stop.set()
