@@ -1,39 +1,19 @@
-"""Process-level settings, applied once at process start (`gp_jax.main`, benchmarks).
+"""Process-level settings, applied once at process start (`gp_jax.main`, benchmarks): malloc, the CPU threefry
+lowering, the persistent compilation cache, the compile clock and SIGTERM handling.
 
-glibc malloc. XLA:CPU allocates every step's temporaries and output buffers with malloc and frees them
-at the end of the step. glibc serves large requests with a fresh mmap (threshold 128 KiB, raised
-dynamically up to 32 MiB), gives freed heap tops back to the kernel above its trim threshold, and deletes
-a secondary arena's heap as soon as it is empty (whatever the thresholds), so every step re-maps and
-re-faults tens of MB: the MSRA main job took ~25k minor page faults per step and about a quarter of its
-CPU time in the kernel, its threads serialised on the page-fault path. `configure()` turns all three off:
-no mmap for allocations, no trimming, one arena (the main heap). Freed memory stays in the process and
-the next step reuses it; the resident set grows to the peak of one step and stays there.
+- malloc: XLA:CPU mallocs and frees every step's buffers; glibc's mmap threshold, trimming and per-thread arenas
+  make each step re-map and re-fault them, so `configure()` turns all three off (GP_JAX_MALLOC=0 leaves malloc
+  alone). The price is heap fragmentation around multi-GiB buffers: long documents should use `loss.block_size`.
+- threefry on CPU: JAX's CPU lowering is a rolled loop XLA:CPU runs as separate kernels; `configure()` registers the
+  unrolled lowering other backends use (the same bits, one fused kernel; GP_JAX_THREEFRY=rolled keeps JAX's).
+- compilation cache: `configure_compilation_cache(config.compilation_cache)`; "auto" is $GP_JAX_COMPILATION_CACHE,
+  else $JAX_COMPILATION_CACHE_DIR, else $XDG_CACHE_HOME/gp_jax/jax_cache; "off", "", "0", "false" or "none" turn it
+  and XLA's caches off; anything else is the folder. Entries are written by rename, so sweep workers can share it.
+- `compile_seconds()` / `process_seconds()` give the `first step after N s (compile M s)` line.
+- dropout bits: `model.dropout_bits` (factory.resolve_dropout_bits); `dropout_bits()` is the fallback for a model
+  built without the config.
 
-The cost: with no mmap the heap fragments around multi-GiB buffers. The dense span path (`[B, H, L, L]`
-scores) at L=8192, H=10 peaks at 15.4 GiB RSS instead of 7.9 (docs/benchmarks.md); long documents should use
-`loss.block_size` (blockwise or banded, under 1.3 GiB there) or this switch.
-Set GP_JAX_MALLOC=0 to leave malloc alone (e.g. when comparing, or under jemalloc/tcmalloc).
-
-Threefry on CPU. JAX lowers the threefry2x32 hash (every dropout mask, every `jax.random` draw) as a
-5-iteration while loop on CPU, to keep compiles short; XLA:CPU runs each iteration as separate kernels.
-`configure()` registers the unrolled lowering JAX uses on other backends instead: the same bits, one fused
-kernel, 4-6% off the MSRA main job's train step. Set GP_JAX_THREEFRY=rolled to keep JAX's CPU lowering.
-
-Compilation cache. `configure_compilation_cache(config.compilation_cache)` turns on jax's persistent compilation cache:
-programs that took at least `CACHE_MIN_COMPILE_SECONDS` to compile (jax's default is 1 s; a user's
-$JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS wins) are read back instead of compiled again, and on GPU XLA's per-fusion
-autotune results are kept beside them (`XLA_CACHES`, unless $JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES says otherwise; not
-XLA's kernel cache file, unsafe to share between processes). Sweep workers on one host share the folder: entries are
-written to a private file and renamed into place, and an entry that cannot be read is compiled again, reported in one
-log line and rewritten (docs/benchmarks/compile_cache.md).
-"auto" is $GP_JAX_COMPILATION_CACHE when set, else jax's own $JAX_COMPILATION_CACHE_DIR, else
-$XDG_CACHE_HOME/gp_jax/jax_cache (~/.cache by default); "off", "", "0", "false" or "none" turns all of it off; anything
-else is the folder. `compile_seconds()` is what this process spent compiling (jax's backend-compile events) and
-`process_seconds()` its age, for the `first step after N s (compile M s)` line.
-
-Dropout bits. The BERT encoder's dropout masks (`gp_jax.ops.dropout`) come from an integer hash of the element index
-on CPU (XLA fuses it; threefry masks, computed per element inside XLA:CPU's fusions, took 12% of a MiniLM step at
-B4xL512) and from JAX's PRNG elsewhere. GP_JAX_DROPOUT_BITS=hash|threefry overrides the choice (`dropout_bits`).
+Measurements behind these choices: docs/design.md ("Process settings") and docs/benchmarks/compile_cache.md.
 """
 
 from __future__ import annotations
@@ -122,8 +102,8 @@ DROPOUT_BITS = ("auto", "hash", "threefry")
 
 
 def dropout_bits() -> str:
-  """"hash" or "threefry": GP_JAX_DROPOUT_BITS, or for auto (the default) hash on the CPU backend, threefry on others.
-  Read when a program is traced."""
+  """"hash" or "threefry" for a model built without the config (`model.dropout_bits` resolves per target in
+  `factory.resolve_dropout_bits`): GP_JAX_DROPOUT_BITS, or for auto threefry on TPU, hash elsewhere."""
   choice = os.environ.get("GP_JAX_DROPOUT_BITS", "auto").strip().lower() or "auto"
   if choice not in DROPOUT_BITS:
     raise ValueError(f"GP_JAX_DROPOUT_BITS must be one of {', '.join(DROPOUT_BITS)}; got {choice!r}")
@@ -131,7 +111,7 @@ def dropout_bits() -> str:
     return choice
   import jax  # pylint: disable=g-import-not-at-top
 
-  return "hash" if jax.default_backend() == "cpu" else "threefry"
+  return "threefry" if jax.default_backend() == "tpu" else "hash"
 
 
 def configure_platforms() -> str | None:
