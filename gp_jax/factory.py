@@ -79,8 +79,8 @@ DROPOUT_BITS_ENV = "GP_JAX_DROPOUT_BITS"
 
 def resolve_dropout_bits(name: str, platform: str) -> str:
   """`model.dropout_bits` for the target: $GP_JAX_DROPOUT_BITS when set overrides; "auto" is hash on cpu and cuda
-  (XLA fuses the integer hash into the ops around it instead of running threefry kernels: faster steps measured on
-  both, docs/benchmarks.md), threefry on tpu (not measured there)."""
+  (XLA fuses the integer hash into the ops around it instead of running threefry kernels; docs/design.md, "Process
+  settings"), threefry on tpu."""
   env = os.environ.get(DROPOUT_BITS_ENV, "").strip().lower()
   choice = env if env and env != "auto" else str(name).strip().lower()
   if choice not in DROPOUT_BITS:

@@ -1,7 +1,7 @@
 """Model and train-state construction shared by training, evaluation and predict.
 
 Shardings are decided on abstract shapes before anything is allocated; parameters are initialised eagerly on the
-host CPU (no device program to compile: a jitted BERT-base init took 206 s on a GPU before its first step) and
+host CPU (no device program to compile: a jitted init of a large encoder costs minutes of compilation) and
 placed with their shardings, or loaded from a pretrained checkpoint.
 """
 

@@ -69,7 +69,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.model.dtype = a.dtype  # compute dtype: auto (float32 on CPU, bfloat16 on GPU/TPU), float32 or bfloat16 (params stay float32)
   c.model.attention = "auto"  # self-attention kernel (gp_jax.ops.attention): auto | xla | cudnn (GPU) | splash (TPU)
   c.model.dropout_bits = "auto"  # bert dropout masks: auto (hash on CPU/GPU, threefry on TPU), hash or threefry; GP_JAX_DROPOUT_BITS overrides
-  c.model.attention_dropout = -1.0  # attention-probability dropout, XLA path only (-1 = as before: model.dropout for bert, 0 for scratch)
+  c.model.attention_dropout = -1.0  # attention-probability dropout, XLA path only (-1: model.dropout for bert, 0 for scratch)
   c.model.embed_dim = 128  # scratch: char embedding width
   c.model.bigram_dim = 128  # scratch: bigram embedding width (0 = no bigrams)
   c.model.hidden_size = 256  # scratch: encoder width

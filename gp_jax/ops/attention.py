@@ -2,8 +2,7 @@
 
 Implementations (`model.attention`):
   xla     einsum scores accumulated in float32, masked keys at the float32 minimum, float32 softmax, optional
-          dropout on the probabilities, einsum with v. Any platform, any key mask. Exactly the encoders' attention
-          before this module existed.
+          dropout on the probabilities, einsum with v. Any platform, any key mask.
   cudnn   `jax.nn.dot_product_attention(implementation="cudnn")` with per-row sequence lengths (the mask's row
           sums, at least 1 so an all-padding filler row stays finite). bf16/fp16 only, head dim a multiple of 8.
   splash  Pallas splash attention (TPU) under `jax.shard_map` over `sharding.BATCH_AXES` of the context mesh;
