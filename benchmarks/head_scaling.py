@@ -19,11 +19,38 @@ ratios, with min..max; the last column is the load average and CPU steal over th
   python -m benchmarks.head_scaling --lengths 8192 --types 10 --rounds 3
   python -m benchmarks.head_scaling --modes dense,blockwise,pallas --lengths 2048,4096,8192,16384 --types 10,50
       (a lent accelerator: the XLA op vs the kernel, d=64, B=1; dense where it fits under --max_dense_gib)
+
+Two more harnesses of the span head, named by a first word (`python -m benchmarks.head_scaling WORD --help`):
+
+speed: training and prediction speed of the span heads (GP, EGP) against the tagger baselines (CRF, softmax), same
+encoder, same data, same process: the speed side of Su's GlobalPointer-vs-CRF table. Each round times every head in
+turn on the same batches (`benchmarks.common.alternate`, so load drifts hit all heads alike): train tokens/s over
+--steps training steps (`gp_jax.steps.make_train_step`, after one compile pass over every bucket) and predict
+sentences/s over --predict_records records (Evaluator: device decode + window merge). Ratios to CRF are per round;
+the median and the min..max over rounds are printed, with the load average and CPU steal over the rounds.
+
+  python -m benchmarks.head_scaling speed                              # MSRA, scratch encoder (main job settings)
+  python -m benchmarks.head_scaling speed --config=experiments/head_comparison.py:dataset=germeval2014 --rounds=5
+
+tpu_tiles: the largest tile of the Pallas ZLPR kernel that compiles for one chip of each TPU generation, and its
+compiled cost. Compiles (no TPU needed: libtpu beside jax, `jax.experimental.topologies`) the loss + gradient w.r.t.
+q and k of `blockwise_zlpr_loss(..., implementation="pallas")` at B 1, `--length`, `--types`, d 64, bf16 q/k, per
+generation and head (per-type q/k, or one shared q/k head with start/end biases), trying tiles 1024, 512, 256, 128
+and keeping the first that compiles; prints one line per attempt (compile seconds, GFLOP and GB from
+`cost_analysis()`, or the error's first line). `pallas_zlpr.TPU_MAX_TILE` holds the result
+(docs/benchmarks/span_head.md). Needs the `aot` extra (libtpu); another process holding libtpu is allowed
+(ALLOW_MULTIPLE_LIBTPU_LOAD).
+
+  python -m benchmarks.head_scaling tpu_tiles [--generations v4,v5e,v5p,v6e] [--heads per_type,shared] [--json FILE]
+
+This module imports no JAX at the top: the scaling parent only starts children, and tpu_tiles sets JAX_PLATFORMS
+before JAX reads it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import os
@@ -37,6 +64,9 @@ from benchmarks import common
 MODES = ("dense", "blockwise", "banded", "pallas")
 DEFAULT_MODES = ("dense", "blockwise", "banded")
 DENSE_BYTES_PER_CELL = 4 * 3.2  # float32 logits + ~2 more [B, H, L, L] buffers in the backward pass
+TAGGERS = ("crf", "softmax")  # speed: heads trained on tag sequences
+TPU_TOPOLOGIES = {"v4": "v4:1x1x1", "v5e": "v5e:1x1", "v5p": "v5p:1x1x1", "v6e": "v6e:1x1"}
+TPU_TILES = (1024, 512, 256, 128)
 
 
 def run_child(spec: dict) -> dict:
@@ -136,7 +166,174 @@ def table_row(H: int, L: int, runs: dict[str, list[dict]], idle: str) -> str:
   return f"| {H} | {L} | " + " | ".join(cells) + f" | {idle} |"
 
 
+# ----------------------------------------------------------------------------- speed: span heads vs taggers
+
+
+def load_experiment(path: str):
+  """The experiment file at `path` as a module (its repo on sys.path, so it can import `experiments.*`)."""
+  spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+  if spec is None:
+    raise FileNotFoundError(f"no experiment file {path!r}")
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+  if repo not in sys.path:
+    sys.path.insert(0, repo)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def head_fns(config, tokenizer, types, mesh, head: str, batches, dev) -> dict:
+  """{"train/HEAD": run every batch, "predict/HEAD": predict `dev`}, both compiled for every bucket."""
+  import jax
+
+  from benchmarks.inputs import ProjectStep
+  from gp_jax.evaluate import Evaluator
+
+  c = config.copy_and_resolve_references()
+  c.model.head = head
+  ours = ProjectStep(c, tokenizer, types, mesh=mesh)
+  ev = Evaluator(ours.setup, batch_size=config.eval_batch_size, progress=False)
+
+  def train():
+    for b in batches:
+      ours.state, metrics = ours.step_fn(ours.state, b)
+    jax.block_until_ready(metrics)
+
+  def predict():
+    ev.predict(ours.state["params"], dev)
+
+  train()
+  predict()
+  return {f"train/{head}": train, f"predict/{head}": predict}
+
+
+def speed_main(argv) -> None:
+  import jax
+
+  from gp_jax import sharding as shd
+  from gp_jax.data import batching
+  from gp_jax.evaluate import model_batch
+  from gp_jax.factory import prepare_data
+
+  p = argparse.ArgumentParser(prog="python -m benchmarks.head_scaling speed",
+                              description="span heads vs taggers, train and predict speed (see head_scaling --help)")
+  p.add_argument("--config", default="experiments/head_comparison.py:dataset=msra", help="experiment[:arg]")
+  p.add_argument("--heads", default="standard,efficient,crf,softmax", help="comma list of model.head values")
+  p.add_argument("--steps", type=int, default=40, help="timed training steps per head and round")
+  p.add_argument("--predict_records", type=int, default=1000, help="dev records predicted per head and round")
+  p.add_argument("--rounds", type=int, default=3, help="alternating rounds over the heads")
+  p.add_argument("--train_records", type=int, default=4000, help="training records to build batches from")
+  args = p.parse_args(argv)
+
+  path, _, arg = args.config.partition(":")
+  config = load_experiment(path).get_config(arg or None)
+  config.data.max_train_records = args.train_records
+  config.data.max_eval_records = args.predict_records
+  splits, tokenizer, types = prepare_data(config)
+  dev = splits.get("dev") or splits.get("test")
+  mesh = shd.make_mesh(1, 1, devices=jax.devices()[:1])
+  heads = args.heads.split(",")
+  batches = {}
+  for tagged in (False, True):
+    it = batching.train_batches(splits["train"], batch_size=config.batch_size, buckets=config.data.buckets, seed=0,
+                                tag_scheme=config.model.tag_scheme if tagged else None)
+    batches[tagged] = [shd.global_batch(model_batch(next(it)), mesh) for _ in range(args.steps)]
+  tokens = sum(int(b["attention_mask"].sum()) for b in batches[False])
+
+  print(common.machine_line("head_speed"))
+  fns = {}
+  for head in heads:
+    fns.update(head_fns(config, tokenizer, types, mesh, head, batches[head in TAGGERS], dev))
+  rounds = common.alternate(fns, rounds=args.rounds)
+
+  print(f"config={args.config} B={config.batch_size} steps={args.steps} ({tokens} real tokens) "
+        f"predict={dev.num_records} records rounds={args.rounds}; {rounds.watch.readout()}")
+  print("| head | train tokens/s (median) | train / CRF (median, min..max) | predict sent/s (median) | "
+        "predict / CRF (median, min..max) |")
+  print("|---|---|---|---|---|")
+  for head in heads:
+    row = [head]
+    for kind, count in (("train", tokens), ("predict", dev.num_records)):
+      row.append(f"{count / rounds.spread(f'{kind}/{head}').median:,.0f}")
+      row.append(rounds.ratio(f"{kind}/crf", f"{kind}/{head}").fmt() if "crf" in heads else "-")
+    print("| " + " | ".join(row) + " |")
+
+
+# ----------------------------------------------------------------------------- tpu_tiles: Pallas tiles per TPU
+
+
+def try_tile(devices, *, head: str, tile: int, B: int, L: int, H: int, d: int = 64) -> dict:
+  """Compiles the Pallas ZLPR loss + gradient at one tile for one TPU chip; -> ok, seconds, GFLOP, GB or error."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from jax.sharding import NamedSharding, PartitionSpec as P
+
+  from gp_jax.ops import blockwise_zlpr_loss
+
+  one = NamedSharding(jax.sharding.Mesh(np.array(devices[:1]), ("x",)), P())
+  sds = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=one)  # noqa: E731
+  Hq = 1 if head == "shared" else H
+  args = [sds((B, L, Hq, d), jnp.bfloat16)] * 2 + [sds((B, H, L), jnp.int32), sds((B, L), jnp.int32)]
+  if head == "shared":
+    args += [sds((B, H, L), jnp.float32)] * 2
+
+  def loss_grad(q, k, ids, mask, sb=None, eb=None):
+    return jax.value_and_grad(lambda q, k: blockwise_zlpr_loss(
+        q, k, span_ids=ids, attention_mask=mask, start_bias_BHL=sb, end_bias_BHL=eb, block_size=tile,
+        implementation="pallas"), argnums=(0, 1))(q, k)
+
+  start = time.perf_counter()
+  try:
+    compiled = jax.jit(loss_grad).lower(*args).compile()
+  except Exception as e:  # pylint: disable=broad-except
+    return {"ok": False, "s": round(time.perf_counter() - start, 1),
+            "error": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"}
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, list) else cost
+  return {"ok": True, "s": round(time.perf_counter() - start, 1), "gflop": round(cost.get("flops", 0) / 1e9, 2),
+          "gbytes": round(cost.get("bytes accessed", 0) / 1e9, 3)}
+
+
+def tpu_tiles_main(argv) -> None:
+  p = argparse.ArgumentParser(prog="python -m benchmarks.head_scaling tpu_tiles",
+                              description="the largest Pallas ZLPR tile per TPU generation (see head_scaling --help)")
+  p.add_argument("--generations", default=",".join(TPU_TOPOLOGIES))
+  p.add_argument("--heads", default="per_type,shared")
+  p.add_argument("--length", type=int, default=4096)
+  p.add_argument("--types", type=int, default=50)
+  p.add_argument("--json", default="", help="also write the attempts here")
+  args = p.parse_args(argv)
+  os.environ["JAX_PLATFORMS"] = "cpu"
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+  from jax.experimental import topologies
+
+  out = {}
+  for gen in args.generations.split(","):
+    topo = topologies.get_topology_desc(platform="tpu", topology_name=TPU_TOPOLOGIES[gen], chip_config_name="default",
+                                        chips_per_host_bounds=(1, 1, 1), num_slices=1)
+    for head in args.heads.split(","):
+      for tile in TPU_TILES:
+        row = try_tile(topo.devices, head=head, tile=tile, B=1, L=args.length, H=args.types)
+        out[f"{gen} {head} {tile}"] = row
+        print(gen, head, tile, row, flush=True)
+        if row["ok"]:
+          break
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(out, f, indent=1)
+
+
+# ----------------------------------------------------------------------------- main
+
+
+SUBCOMMANDS = {"speed": speed_main, "tpu_tiles": tpu_tiles_main}
+
+
 def main(argv=None):
+  argv = sys.argv[1:] if argv is None else list(argv)
+  if argv and argv[0] in SUBCOMMANDS:
+    return SUBCOMMANDS[argv[0]](argv[1:])
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--lengths", default="512,1024,2048,4096,8192", help="comma list of sequence lengths L")
   parser.add_argument("--types", default="10,50", help="comma list of entity type counts H")

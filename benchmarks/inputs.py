@@ -86,16 +86,11 @@ class ProjectStep:
     return metrics
 
 
-def msra_config(overrides=None):
-  """`experiments/msra_scratch.py`'s config (the README main job); `overrides`: "key=value" model fields."""
+def msra_config():
+  """`experiments/msra_scratch.py`'s config (the README main job)."""
   from experiments import msra_scratch  # pylint: disable=g-import-not-at-top
 
-  c = msra_scratch.get_config()
-  for item in overrides or ():
-    key, value = item.split("=", 1)
-    old = c.model[key]
-    c.model[key] = type(old)(value) if not isinstance(old, tuple) else tuple(int(v) for v in value.split(","))
-  return c
+  return msra_scratch.get_config()
 
 
 def msra_inputs(vocab: int = 4734, bigram_vocab: int = 50002):

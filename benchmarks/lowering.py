@@ -15,8 +15,9 @@ sharded over the mesh) go through `jax.export` for that platform. One line per p
   tpu loss: lowered (pallas, 3 tpu_custom_call)
 
 The `loss` target is the span loss + gradient with the fused Pallas ZLPR kernel (`loss.implementation=pallas`,
-benchmarks/lowering_loss.py) at the same batch and length: 3 Mosaic kernels on tpu (forward, dq and dk passes),
-refused on cuda (no GPU body: it would run the Pallas interpreter), the interpreted kernel (no custom call) on cpu.
+`export_loss`) at the same batch and length: 3 Mosaic kernels on tpu (forward, dq and dk passes), refused on cuda
+(no GPU body: it would run the Pallas interpreter), the interpreted kernel (no custom call) on cpu. A TPU export made
+on a CPU machine holds the serialised Mosaic kernel; Mosaic compiles it (layout passes, VMEM checks) only on the TPU.
 
 "custom calls" counts kernel calls in the exported module (Pallas/Mosaic `tpu_custom_call`, cuDNN attention);
 sharding annotations are not counted. cuDNN attention cannot be traced without a GPU (jaxlib raises "cuDNN is
@@ -34,6 +35,7 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 import sys
 import traceback
 
@@ -44,6 +46,7 @@ from benchmarks import inputs
 from gp_jax import aot, evaluate, factory, steps
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
+from gp_jax.ops import blockwise, blockwise_zlpr_loss
 from gp_jax.optim import make_optimizer
 
 TINY_BERT = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=256, vocab_size=1000)
@@ -138,13 +141,60 @@ def step_target(name: str, lower, *, train: bool):
   return target
 
 
+# Kernel calls of the Pallas ZLPR loss in the StableHLO text of a module, by platform.
+LOSS_CUSTOM_CALLS = {"tpu": "tpu_custom_call"}  # no Mosaic GPU body yet: cuda runs the interpreted kernel
+
+
+def export_loss(platform: str, *, head="efficient", B=2, L=300, H=3, d=64, K=4, block_size=128, max_span_width=None):
+  """`jax.export.Exported` of the Pallas ZLPR loss + gradient w.r.t. q, k (and the biases of the efficient head:
+  bf16 q, k of one shared head, float32 start/end biases; standard: float32 q, k of H heads) for `platform`."""
+  efficient = head == "efficient"
+
+  def loss_and_grad(span_ids_BHK, mask_BL, q_BLHD, k_BLHD, *biases):
+    def loss(q, k, sb=None, eb=None):
+      return blockwise_zlpr_loss(q, k, span_ids=span_ids_BHK, attention_mask=mask_BL, start_bias_BHL=sb,
+                                 end_bias_BHL=eb, max_span_width=max_span_width, block_size=block_size,
+                                 implementation="pallas")
+
+    return jax.value_and_grad(loss, tuple(range(2 + len(biases))))(q_BLHD, k_BLHD, *biases)
+
+  qk = ((B, L, 1, d), jnp.bfloat16) if efficient else ((B, L, H, d), jnp.float32)
+  shapes = [((B, H, K), jnp.int32), ((B, L), jnp.int32), qk, qk] + [((B, H, L), jnp.float32)] * (2 * efficient)
+  args = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in shapes]
+  return jax.export.export(jax.jit(loss_and_grad), platforms=[platform])(*args)
+
+
+def loss_lines(platforms=("tpu",), **kwargs) -> list[str]:
+  """One line per platform: `tpu loss: lowered (pallas, 3 tpu_custom_call)` or `... : not lowered: REASON`.
+
+  The loss + gradient holds three kernels: the forward and the backward's dq and dk passes. A GPU target is refused
+  (`blockwise.pallas_refusal`: no GPU body)."""
+  lines = []
+  for platform in platforms:
+    refusal = blockwise.pallas_refusal(platform)
+    if refusal:
+      lines.append(f"{platform} loss: not lowered: refused: {refusal}")
+      continue
+    try:
+      text = export_loss(platform, **kwargs).mlir_module()
+    except Exception as e:  # pylint: disable=broad-except
+      reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+      lines.append(f"{platform} loss: not lowered: {type(e).__name__}: {reason[:200]}")
+      continue
+    call = LOSS_CUSTOM_CALLS.get(platform)
+    if call is None:
+      lines.append(f"{platform} loss: lowered (pallas, interpreted: no custom call)")
+    else:
+      n = len(re.findall(rf'custom_call @{call}\b|call_target_name = "{call}"', text))
+      lines.append(f"{platform} loss: lowered (pallas, {n} {call})")
+  return lines
+
+
 def loss_target(problem: Problem, platform: str) -> list[str]:
   """The span loss + gradient with the fused Pallas ZLPR kernel (`loss.implementation=pallas`) at the problem's
-  batch and length, NUM_TYPES types, Efficient GlobalPointer (bf16 q/k): `benchmarks.lowering_loss`."""
-  from benchmarks import lowering_loss  # pylint: disable=g-import-not-at-top
-
+  batch and length, NUM_TYPES types, Efficient GlobalPointer (bf16 q/k): `loss_lines`."""
   B, L = problem.batch["attention_mask"].shape
-  line, = lowering_loss.loss_lines((platform,), B=B, L=L, H=NUM_TYPES)
+  line, = loss_lines((platform,), B=B, L=L, H=NUM_TYPES)
   if ": not lowered: " in line:
     raise RuntimeError(line.split(": not lowered: ", 1)[1])
   return [line]

@@ -9,8 +9,8 @@ The model: all-MiniLM-L6-v2 (PyPI wheel) + GlobalPointer (d = 64, the synthetic 
 rows of random length in [L/2, L]):
   predictor  the in-process `gp_jax.predict.Predictor` (jit; hits gathered on device, rows mapped on the host)
   exported   the StableHLO artifact through `gp_jax.serving.load_exported` (what `predict --exported` runs)
-  torch      the PyTorch port (`benchmarks.torch_port`: transformers BertModel + the ports' dense GP head),
-             eager, `torch.no_grad()`, hits with `(logits > 0).nonzero()` (skipped without torch)
+  torch      the PyTorch port (`benchmarks.train_step.torch_global_pointer`: transformers BertModel + the ports'
+             dense GP head), eager, `torch.no_grad()`, hits with `(logits > 0).nonzero()` (skipped without torch)
   onnx       not run while jax2onnx cannot be installed beside our pins (docs/serving.md); the line says so
 Tokenisation, windows and merging are the same host code for every side and are left out. Each result line:
 sentences/s per side (median over rounds of B / time per call) and each side's ratio to the predictor.
@@ -21,9 +21,9 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-
-from benchmarks import common, torch_port
+from benchmarks import common
 from benchmarks.inputs import bert_inputs, encoder_source, synthetic_batch
+from benchmarks.train_step import torch_global_pointer
 
 
 def trained_workdir(workdir: str, *, steps: int, max_len: int) -> None:
@@ -41,7 +41,7 @@ def torch_side(batch, *, num_types: int):
   import torch  # pylint: disable=g-import-not-at-top
 
   hf, pretrained = encoder_source("minilm", 0)
-  model, dev = torch_port.global_pointer(hf, pretrained, num_types=num_types, head_size=64)
+  model, dev = torch_global_pointer(hf, pretrained, num_types=num_types, head_size=64)
   model.eval()
   ids = torch.from_numpy(batch["features"]["input_ids"]).long().to(dev)
   types = torch.from_numpy(batch["features"]["token_type_ids"]).long().to(dev)

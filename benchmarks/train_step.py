@@ -37,11 +37,34 @@ peak this script measures (best of several 8192^3 bf16 matmuls); each shape also
 batch on the device (`model_batch` + `global_batch`) against the step time, and the compile time.
 
   python -m benchmarks.train_step --model bert-base --torch_compile --attention-dropout 0   # on a GPU
+
+A/B modes: two builds of one step in one process, in alternating rounds (`benchmarks.common.alternate`), instead
+of the comparison with torch; each line ends with the load average and CPU steal over its rounds.
+
+`--dropout_bits step|block`: the encoder dropout masks' bit source (`gp_jax.ops.dropout`: "threefry" vs "hash").
+  step   the MiniLM + GlobalPointer train step above (`benchmarks.inputs.minilm_step`), once per source
+  block  one attention block (QK^T, key mask, softmax, probability dropout, PV), forward + backward, per source
+         and with no dropout at all (the floor)
+Prints each variant's median with min..max and the ratio threefry / hash per round (median [min..max]).
+
+`--variant threefry|conv_impl|linear`: the MSRA main job's step (`experiments/msra_scratch.py`), A vs B:
+  threefry   JAX's rolled CPU threefry lowering (a while loop) vs the unrolled one `gp_jax.runtime` registers
+  conv_impl  the scratch encoder's conv as "unfold" (k shifted copies + one matmul) vs "xla" (lax.conv)
+  linear     Linear layers through `lax.dot_general` on `[B, L, K]` ("nested") vs `ops.flat_dot_general` ("flat")
+Each pair runs `--steps` steps of A, then of B, on the same synthetic batch (B32, rows of random length in
+[L/2, L], per `--lengths`); prints the median ratio A/B over `--pairs` with its min..max and both variants' last
+losses (equal when the variants compute the same bits).
+
+  python -m benchmarks.train_step --dropout_bits step --shapes 4x512,16x128 --pairs 5 --steps 2
+  python -m benchmarks.train_step --dropout_bits block --shapes 4x512 --pairs 7 --steps 3
+  python -m benchmarks.train_step --variant threefry --lengths 32,64,96
+  python -m benchmarks.train_step --variant conv_impl
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -49,13 +72,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import common, torch_port
-from benchmarks.inputs import ProjectStep, bert_config, bert_inputs, encoder_source, synthetic_batch
+from benchmarks import common
+from benchmarks.inputs import (MSRA_TYPES, ProjectStep, bert_config, bert_inputs, encoder_source, minilm_step,
+                               msra_config, msra_inputs, synthetic_batch)
+from gp_jax import factory, ops, runtime
+from gp_jax.ops import dropout as dropout_lib
 
 MODELS = {"minilm": ("all-MiniLM-L6-v2", "16x128,4x512"),  # name, default shapes
           "bert-base": ("BERT-base (bert-base-chinese shape)", "16x256")}
 COMPILER_HINT = ("inductor on CPU needs a C++ compiler: install one from a package registry (apt-get install g++, "
                  "or conda install -c conda-forge cxx-compiler) and point CXX at it")
+SOURCES = ("threefry", "hash")  # --dropout_bits
+VARIANTS = {"threefry": ("rolled", "unrolled"), "conv_impl": ("unfold", "xla"), "linear": ("nested", "flat")}
 
 
 # ----------------------------------------------------------------------------- FLOPs and peak
@@ -106,6 +134,75 @@ def host_input_readout(ours, batch: dict, step_s: float, repeats: int = 7) -> st
 
 
 # ----------------------------------------------------------------------------- PyTorch port
+# transformers' BertModel + a GlobalPointer head as the public ports write it (GlobalPointer_pytorch: dense logits,
+# 1e12 masks, sinusoidal RoPE) and their dense multi-label ZLPR loss; torch and transformers imported when called
+# (seconds to import), on CUDA when there is a GPU. benchmarks.serving times the same port.
+
+
+def torch_global_pointer(hf: dict, pretrained, *, num_types: int, head_size: int):
+  """-> (model, device): the encoder from `pretrained` (a folder) or random-init `BertModel(BertConfig(**hf))`,
+  seeded, on the device; train mode (call .eval() for inference)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  from torch import nn  # pylint: disable=g-import-not-at-top
+  from transformers import BertConfig, BertModel  # pylint: disable=g-import-not-at-top
+
+  dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+  class GlobalPointer(nn.Module):
+    """As in the public ports (e.g. GlobalPointer_pytorch): dense logits, 1e12 masks, sinusoidal RoPE."""
+
+    def __init__(self, encoder, ent_type_size, inner_dim):
+      super().__init__()
+      self.encoder = encoder
+      self.ent_type_size, self.inner_dim = ent_type_size, inner_dim
+      self.dense = nn.Linear(encoder.config.hidden_size, ent_type_size * inner_dim * 2)
+
+    def sinusoidal_position_embedding(self, batch_size, seq_len, output_dim):
+      position_ids = torch.arange(0, seq_len, dtype=torch.float, device=dev).unsqueeze(-1)
+      indices = torch.arange(0, output_dim // 2, dtype=torch.float, device=dev)
+      indices = torch.pow(10000, -2 * indices / output_dim)
+      embeddings = position_ids * indices
+      embeddings = torch.stack([torch.sin(embeddings), torch.cos(embeddings)], dim=-1)
+      embeddings = embeddings.repeat((batch_size, *([1] * len(embeddings.shape))))
+      return torch.reshape(embeddings, (batch_size, seq_len, output_dim))
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+      last_hidden_state = self.encoder(input_ids, attention_mask, token_type_ids)[0]
+      batch_size, seq_len = last_hidden_state.shape[:2]
+      outputs = self.dense(last_hidden_state)
+      outputs = torch.split(outputs, self.inner_dim * 2, dim=-1)
+      outputs = torch.stack(outputs, dim=-2)
+      qw, kw = outputs[..., :self.inner_dim], outputs[..., self.inner_dim:]
+      pos_emb = self.sinusoidal_position_embedding(batch_size, seq_len, self.inner_dim)
+      cos_pos = pos_emb[..., None, 1::2].repeat_interleave(2, dim=-1)
+      sin_pos = pos_emb[..., None, ::2].repeat_interleave(2, dim=-1)
+      qw2 = torch.stack([-qw[..., 1::2], qw[..., ::2]], -1).reshape(qw.shape)
+      qw = qw * cos_pos + qw2 * sin_pos
+      kw2 = torch.stack([-kw[..., 1::2], kw[..., ::2]], -1).reshape(kw.shape)
+      kw = kw * cos_pos + kw2 * sin_pos
+      logits = torch.einsum("bmhd,bnhd->bhmn", qw, kw)
+      pad_mask = attention_mask.unsqueeze(1).unsqueeze(1).expand(batch_size, self.ent_type_size, seq_len, seq_len)
+      logits = logits * pad_mask - (1 - pad_mask) * 1e12
+      mask = torch.tril(torch.ones_like(logits), -1)
+      logits = logits - mask * 1e12
+      return logits / self.inner_dim ** 0.5
+
+  torch.manual_seed(0)
+  encoder = BertModel.from_pretrained(str(pretrained)) if pretrained else BertModel(BertConfig(**hf))
+  return GlobalPointer(encoder, num_types, head_size).to(dev), dev
+
+
+def torch_zlpr(y_pred, y_true):
+  """The ports' dense ZLPR over [N, C] logits and {0, 1} labels."""
+  import torch  # pylint: disable=g-import-not-at-top
+
+  y_pred = (1 - 2 * y_true) * y_pred
+  y_pred_neg = y_pred - y_true * 1e12
+  y_pred_pos = y_pred - (1 - y_true) * 1e12
+  zeros = torch.zeros_like(y_pred[..., :1])
+  y_pred_neg = torch.cat([y_pred_neg, zeros], dim=-1)
+  y_pred_pos = torch.cat([y_pred_pos, zeros], dim=-1)
+  return (torch.logsumexp(y_pred_neg, dim=-1) + torch.logsumexp(y_pred_pos, dim=-1)).mean()
 
 
 def make_torch_step(hf: dict, pretrained, *, batch: dict, num_types: int, head_size: int, compiled: bool = False,
@@ -117,7 +214,7 @@ def make_torch_step(hf: dict, pretrained, *, batch: dict, num_types: int, head_s
   loss on float32 logits; `attention_dropout`: the encoder's attention-probability dropout (None: its config's)."""
   import torch  # pylint: disable=g-import-not-at-top
 
-  model, dev = torch_port.global_pointer(hf, pretrained, num_types=num_types, head_size=head_size)
+  model, dev = torch_global_pointer(hf, pretrained, num_types=num_types, head_size=head_size)
   if attention_dropout is not None:
     for m in model.encoder.modules():
       if type(m).__name__.endswith("SelfAttention") and isinstance(getattr(m, "dropout", None), torch.nn.Dropout):
@@ -140,7 +237,7 @@ def make_torch_step(hf: dict, pretrained, *, batch: dict, num_types: int, head_s
       logits = logits.float()
     else:
       logits = model(ids, mask, types)
-    return torch_port.multilabel_categorical_crossentropy(logits.reshape(B * H, -1), labels_t.reshape(B * H, -1))
+    return torch_zlpr(logits.reshape(B * H, -1), labels_t.reshape(B * H, -1))
 
   if compiled:
     loss_fn = torch.compile(loss_fn)
@@ -224,6 +321,114 @@ def run_shape(args, batch_size: int, seq: int, *, peak: float, use_torch: bool) 
   return line + "; " + rounds.watch.readout()
 
 
+# ----------------------------------------------------------------------------- A/B modes
+
+
+def dropout_step_fns(batch: int, seq: int) -> dict:
+  """{source: one MiniLM train step}, each traced with $GP_JAX_DROPOUT_BITS set to its source (read at trace time)."""
+  fns, before = {}, os.environ.get("GP_JAX_DROPOUT_BITS")
+  try:
+    for bits in SOURCES:
+      os.environ["GP_JAX_DROPOUT_BITS"] = bits
+      step, b = minilm_step(batch, seq)
+      fns[bits] = functools.partial(step.step, b)
+  finally:
+    if before is None:
+      os.environ.pop("GP_JAX_DROPOUT_BITS", None)
+    else:
+      os.environ["GP_JAX_DROPOUT_BITS"] = before
+  return fns
+
+
+def dropout_block_fns(batch: int, seq: int, heads: int = 12, head_dim: int = 32) -> dict:
+  """{source or "no dropout": the gradient of one attention block}, compiled and warmed up."""
+  rate = 0.1
+
+  def block(q, k, v, mask, key, bits):
+    logits = jnp.einsum("bqhk,bshk->bhqs", q, k) / np.float32(np.sqrt(head_dim))
+    probs = jax.nn.softmax(jnp.where(mask[:, None, None, :], logits, jnp.finfo(jnp.float32).min), axis=-1)
+    if bits is not None:
+      keep = dropout_lib.keep_mask(key, probs.shape, rate, bits)
+      probs = jax.lax.select(keep, probs / np.float32(1 - rate), jnp.zeros_like(probs))
+    return jnp.einsum("bhqs,bshk->bqhk", probs, v)
+
+  rng = np.random.default_rng(0)
+  q, k, v, g = (jnp.asarray(rng.standard_normal((batch, seq, heads, head_dim)), jnp.float32) for _ in range(4))
+  mask = jnp.asarray(np.arange(seq)[None, :] < rng.integers(seq // 2, seq + 1, batch)[:, None])
+  key = jax.random.key(0)
+  fns = {}
+  for bits in (*SOURCES, None):
+    grad = jax.jit(jax.grad(lambda q, k, v, bits=bits: jnp.sum(block(q, k, v, mask, key, bits) * g), argnums=(0, 1, 2)))
+    jax.block_until_ready(grad(q, k, v))
+    fns[bits or "no dropout"] = functools.partial(lambda f: jax.block_until_ready(f(q, k, v)), grad)
+  return fns
+
+
+def dropout_bits_ab(args) -> None:
+  """`--dropout_bits step|block`: one line per shape, threefry vs hash (see above)."""
+  start = common.LoadWatch()
+  print(common.machine_line("dropout_bits"), flush=True)
+  for shape in args.shapes.split(","):
+    batch, seq = (int(x) for x in shape.split("x"))
+    fns = (dropout_step_fns if args.dropout_bits == "step" else dropout_block_fns)(batch, seq)
+    rounds = common.alternate(fns, rounds=args.pairs, calls=args.steps)
+    cells = [f"{name} {rounds.spread(name).fmt('.4f', ' s')}" for name in fns]
+    print(f"{args.dropout_bits} B{batch}xL{seq}: " + "; ".join(cells)
+          + f"; threefry/hash {rounds.ratio('threefry', 'hash').fmt()}; {rounds.watch.readout()}", flush=True)
+  print(f"whole run: {start.readout()}")
+
+
+def build_variant(variant: str, value: str, seq_lengths):
+  """A ProjectStep of the main job's config with `variant` set to `value`, compiled for every length."""
+  config = msra_config()
+  if variant == "threefry":
+    if not runtime.set_threefry_lowering(value):
+      raise SystemExit("this JAX has no threefry lowering to switch")
+  elif variant == "conv_impl":
+    config.model.conv_impl = value
+  tokenizer, feats = msra_inputs()
+  flat = ops.flat_dot_general
+  if variant == "linear" and value == "nested":
+    ops.flat_dot_general = jax.lax.dot_general  # `models.layers.linear` reads it per layer built
+  try:
+    step = ProjectStep(config, tokenizer, list(MSRA_TYPES))
+  finally:
+    ops.flat_dot_general = flat
+  batches = {}
+  for L in seq_lengths:
+    batch = synthetic_batch(batch=config.batch_size, seq=L, num_types=len(MSRA_TYPES), features=feats,
+                            min_len=L // 2, spans_per_row=2)
+    batches[L] = step.device_batch(batch)
+    for _ in range(3):  # compile + warm up
+      step.step(batches[L])
+  return step, batches
+
+
+def variant_ab(args, settings) -> None:
+  """`--variant NAME`: one line per length, A vs B of the main job's step (see above)."""
+  lengths = [int(x) for x in args.lengths.split(",")]
+  a_name, b_name = VARIANTS[args.variant]
+  start = common.LoadWatch()
+  print(common.machine_line("step_variants"))
+  print(f"runtime={settings}; variant {args.variant}: A={a_name} B={b_name}", flush=True)
+  a, a_batches = build_variant(args.variant, a_name, lengths)
+  b, b_batches = build_variant(args.variant, b_name, lengths)
+  runtime.configure_threefry()  # back to the process default for anything compiled later
+  for L in lengths:
+    rounds = common.alternate({a_name: lambda: a.step(a_batches[L]), b_name: lambda: b.step(b_batches[L])},
+                              rounds=args.pairs, calls=args.steps)
+    ms = {name: rounds.spread(name).median * 1e3 for name in (a_name, b_name)}
+    la, lb = float(a.step(a_batches[L])["loss"]), float(b.step(b_batches[L])["loss"])
+    print(f"B32xL{L}: {a_name} {ms[a_name]:.1f} ms, {b_name} {ms[b_name]:.1f} ms per step; "
+          f"{a_name}/{b_name} median {rounds.ratio(a_name, b_name).fmt('.3f', '')} over {args.pairs} pairs; "
+          f"last losses {la:.7f} / {lb:.7f} ({'equal' if la == lb else 'differ'}); {rounds.watch.readout()}",
+          flush=True)
+  print(f"whole run: {start.readout()}")
+
+
+# ----------------------------------------------------------------------------- main
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--model", choices=sorted(MODELS), default="minilm", help="encoder (see above)")
@@ -231,8 +436,10 @@ def main(argv=None):
   p.add_argument("--layers", type=int, default=0, help="encoder layers (0 = the model's; else random init)")
   p.add_argument("--types", type=int, default=10, help="entity types H")
   p.add_argument("--head-size", type=int, default=64, help="GlobalPointer d")
-  p.add_argument("--pairs", type=int, default=5, help="alternating (project, torch[, torch.compile]) rounds")
-  p.add_argument("--steps", type=int, default=3, help="timed steps per side per round (median)")
+  p.add_argument("--pairs", type=int, default=None,
+                 help="alternating (project, torch[, torch.compile]) rounds, or A/B pairs (default 5; --variant 6)")
+  p.add_argument("--steps", type=int, default=None,
+                 help="timed steps per side per round (median; default 3, --dropout_bits 2, --variant 6)")
   p.add_argument("--warmup", type=int, default=1, help="untimed steps after compilation")
   p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = CPU count; JAX uses every core)")
   p.add_argument("--no-torch", action="store_true", help="project side only")
@@ -245,11 +452,21 @@ def main(argv=None):
   p.add_argument("--attention-dropout", type=float, default=None,
                  help="attention-probability dropout of both sides (default: the encoder's; 0 lets fused kernels run)")
   p.add_argument("--no-runtime", action="store_true", help="skip gp_jax.runtime.configure() (as gp_jax.main runs)")
+  mode = p.add_mutually_exclusive_group()
+  mode.add_argument("--dropout_bits", choices=("step", "block"), default=None,
+                    help="A/B of the dropout masks' bit source instead (see above; default shapes 4x512,16x128)")
+  mode.add_argument("--variant", choices=sorted(VARIANTS), default=None,
+                    help="A/B of two builds of the MSRA main job's step instead (see above)")
+  p.add_argument("--lengths", default="32,64,96", help="--variant: comma list of padded lengths (main-job buckets)")
   args = p.parse_args(argv)
-  if not args.no_runtime:
-    from gp_jax import runtime  # pylint: disable=g-import-not-at-top
-
-    runtime.configure()
+  args.pairs = args.pairs or (6 if args.variant else 5)
+  args.steps = args.steps or (6 if args.variant else 2 if args.dropout_bits else 3)
+  settings = None if args.no_runtime else runtime.configure()
+  if args.dropout_bits:
+    args.shapes = args.shapes or "4x512,16x128"
+    return dropout_bits_ab(args)
+  if args.variant:
+    return variant_ab(args, settings)
 
   use_torch = not args.no_torch
   if use_torch:
@@ -274,8 +491,6 @@ def main(argv=None):
   print(f"{'bf16' if on_gpu() else 'f32'} matmul peak ({n}^3, best of 7): jax " + f"{peak['jax']:.0f} GFLOP/s"
         + (f", torch {peak['torch']:.0f} GFLOP/s" if "torch" in peak else ""))
   if on_gpu():
-    from gp_jax import factory  # pylint: disable=g-import-not-at-top
-
     print(f"policy: {factory.precision(bert_config(args.types, args.head_size)[0]).describe()}", flush=True)
   name, shapes = MODELS[args.model]
   layers = f", {args.layers} layers, random init" if args.layers else ""

@@ -1,5 +1,5 @@
 """benchmarks.train_step's GPU-side pieces, exercised on CPU: the bf16 matmul peak, the torch port under autocast
-with a set attention dropout, the host-input readout; and the CPU smoke run."""
+with a set attention dropout, the host-input readout; the --dropout_bits block mode."""
 
 import numpy as np
 import pytest
@@ -19,11 +19,9 @@ def test_bf16_matmul_peak_is_measured():
 def test_torch_step_under_autocast_with_attention_dropout(monkeypatch):
   pytest.importorskip("torch")
   pytest.importorskip("transformers")
-  from benchmarks import torch_port
-
   built = []
-  original = torch_port.global_pointer
-  monkeypatch.setattr(torch_port, "global_pointer", lambda *a, **k: built.append(original(*a, **k)) or built[-1])
+  original = ts.torch_global_pointer
+  monkeypatch.setattr(ts, "torch_global_pointer", lambda *a, **k: built.append(original(*a, **k)) or built[-1])
   tokenizer, features = inputs.bert_inputs(HF)
   batch = inputs.synthetic_batch(batch=2, seq=16, num_types=3, features=features, num_prefix=1, num_suffix=1)
   step, attn_impl = ts.make_torch_step(dict(HF, attn_implementation="sdpa"), None, batch=batch, num_types=3,
@@ -43,3 +41,10 @@ def test_host_input_readout():
   batch = inputs.synthetic_batch(batch=8, seq=16, num_types=3, features=features, num_prefix=1, num_suffix=1)
   line = ts.host_input_readout(ours, batch, step_s=1.0, repeats=2)
   assert line.startswith("host input ") and "% of the step" in line
+
+
+def test_dropout_bits_block_mode(capsys):
+  """`--dropout_bits block` (the folded dropout_bits harness) prints one A/B line per shape."""
+  ts.main(["--dropout_bits", "block", "--shapes", "2x16", "--pairs", "1", "--steps", "1", "--no-runtime"])
+  out = capsys.readouterr().out
+  assert "block B2xL16: threefry " in out and "; no dropout " in out and "threefry/hash " in out

@@ -98,7 +98,7 @@ def test_auto_is_xla_and_names_are_checked():
 
 def test_tpu_export_holds_mosaic_kernel_and_cpu_export_none():
   """Lowered for TPU from this CPU: the Mosaic kernels (fwd, dq, dk) as tpu_custom_call; for CPU: interpreted."""
-  from benchmarks.lowering_loss import export_loss, loss_lines
+  from benchmarks.lowering import export_loss, loss_lines
 
   assert loss_lines(("tpu",), L=200, H=2, max_span_width=40) == ["tpu loss: lowered (pallas, 3 tpu_custom_call)"]
   assert loss_lines(("tpu",), head="standard", L=200, H=2) == ["tpu loss: lowered (pallas, 3 tpu_custom_call)"]
