@@ -739,11 +739,18 @@ class StepVariant:
   needs: str = ""
   default: bool = True
   plant: bool = False  # tests only (--plant_abort): its process aborts after building, as cuDNN's did
+  length: int = 0  # another L than the stage's (the short-sentence step); 0: the stage's
 
   def child_only(self) -> str | None:
-    """Why this variant is timed only in its own process (env the stage's process cannot change), or None."""
+    """Why this variant is timed only in its own process (env the stage's process cannot change, or another length
+    than the rounds'), or None."""
     fixed = sorted(k for k in self.env if k not in IN_PROCESS_ENV)
-    return f"timed in its own process only ({', '.join(fixed)} is read when the backend starts)" if fixed else None
+    if fixed:
+      return f"timed in its own process only ({', '.join(fixed)} is read when the backend starts)"
+    return "timed in its own process only (another length than the rounds')" if self.length else None
+
+  def seq(self, s: dict) -> int:
+    return min(self.length, s["L"]) if self.length else s["L"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -767,6 +774,8 @@ TRAIN_VARIANTS = {
                             dict(_XLA_DROP, dropout_bits="hash")),
     "cudnn_dropout": StepVariant("ours, attention dropout 0.1, cuDNN fused dropout (GP_JAX_CUDNN_DROPOUT=1)",
                                  _CUDNN_DROP, env={"GP_JAX_CUDNN_DROPOUT": "1"}, needs="cudnn"),
+    "xla_hash_L64": StepVariant("ours, attention dropout 0.1, XLA attention, hash bits, B16 x L64 (short sentences)",
+                                dict(_XLA_DROP, dropout_bits="hash"), length=64),
     "no_dropout": StepVariant("ours, attention dropout 0, cuDNN attention",
                               {"attention": "cudnn", "attention_dropout": 0.0}, needs="cudnn"),
     "cudnn_dropout_no_cmdbuf": StepVariant("ours, attention dropout 0.1, cuDNN fused dropout, command buffers off",
@@ -824,10 +833,10 @@ def build_variant(v: StepVariant, s: dict) -> tuple:
 
   with set_env({k: x for k, x in v.env.items() if k in IN_PROCESS_ENV}):
     compile_before, t0 = runtime.compile_seconds(), time.perf_counter()
-    step, dbatch, flops, _ = project_step(s["hf"], batch=s["B"], seq=s["L"], **v.model)
+    step, dbatch, flops, _ = project_step(s["hf"], batch=s["B"], seq=v.seq(s), **v.model)
     if v.plant:  # before compiling: the tests' stand-in costs no compile
       plant_abort()
-    program = aot.resolve(aot.train_program(step.step_fn, step.setup, step.tx, batch=s["B"], length=s["L"]),
+    program = aot.resolve(aot.train_program(step.step_fn, step.setup, step.tx, batch=s["B"], length=v.seq(s)),
                           step.setup, factory.target_platform())
     aot.compile_all([program], threads=1)
   if program.error is not None:
@@ -879,7 +888,8 @@ def run_variant_child(args) -> int:
     rec.flush()
     return 1
   print(f"variant {args.variant}: {sec * 1e3:.2f} ms/step (median of {s['steps']})", flush=True)
-  rec.data.update(status="ok", ms_per_step=sec * 1e3, tokens_per_s=s["B"] * s["L"] / sec, steps=s["steps"])
+  rec.data.update(status="ok", ms_per_step=sec * 1e3, tokens_per_s=s["B"] * v.seq(s) / sec, steps=s["steps"],
+                  length=v.seq(s))
   rec.flush()
   return 0
 
@@ -967,7 +977,7 @@ def stage_train_step(rec: Recorder, ctx: dict) -> None:
     else:
       rows[key] = run_variant(args, key, v, _variant_timeout(left, len(ours) - i, ctx["tiny"]))
       if rows[key]["status"] == "ok":
-        rows[key]["mfu"] = mfu(rows[key]["ms_per_step"])
+        rows[key]["mfu"] = None if v.length else mfu(rows[key]["ms_per_step"])
         rows[key]["timed"] = v.child_only() or "alone in its own process, then in the rounds"
         survivors.append(key)
         if "first_step" not in rec.data:
