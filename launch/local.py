@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
+from gp_jax import storage
 from launch import sweep
 
 # What happens to a point, from its status before this invocation.
@@ -65,7 +68,8 @@ def main(argv=None):
   parser.add_argument("--devices_per_worker", type=int, default=0, help="with --workers: fake CPU devices per "
                       "worker (XLA_FLAGS=--xla_force_host_platform_device_count=K; 0 = leave XLA_FLAGS alone)")
   parser.add_argument("--gpus_per_worker", type=int, default=0, help="with --workers: K GPUs of this machine per "
-                      "worker, each worker its own (CUDA_VISIBLE_DEVICES); workers x K must not exceed the visible GPUs")
+                      "worker, each worker its own (CUDA_VISIBLE_DEVICES); workers x K must not exceed the visible "
+                      "GPUs")
   parser.add_argument("extra", nargs="*", help="flags passed to every run, after '--' (e.g. -- --config.seed=1)")
   args = parser.parse_args(argv)
   if args.gpus_per_worker and (not args.workers or args.devices_per_worker):
@@ -78,8 +82,6 @@ def main(argv=None):
     return run_workers(args, gpu_sets)
   runs = sweep.expand(args.config, args.workdir, extra=args.extra)
   if args.only:
-    import re  # pylint: disable=g-import-not-at-top
-
     runs = [r for r in runs if re.search(args.only, r.name)]
 
   state = {"child": None, "stop": False}
@@ -169,8 +171,6 @@ def worker_gpus(workers: int, per_worker: int) -> list[str]:
 
 
 def run_workers(args, gpu_sets: list[str] | None = None) -> int:
-  import tempfile  # pylint: disable=g-import-not-at-top
-
   runs = sweep.expand(args.config, args.workdir, extra=args.extra)
   remote = "://" in args.workdir
   log_dir = tempfile.mkdtemp(prefix="gp_jax_workers_") if remote else sweep.join(args.workdir, "_launch/logs")
@@ -210,8 +210,6 @@ def run_workers(args, gpu_sets: list[str] | None = None) -> int:
     for f in logs:
       f.close()
   if remote:
-    from gp_jax import storage  # pylint: disable=g-import-not-at-top
-
     storage.upload_dir(log_dir, sweep.join(args.workdir, "_launch/logs"))
     shutil.rmtree(log_dir, ignore_errors=True)
   print(f"worker exit codes: {codes}", flush=True)

@@ -9,6 +9,7 @@ had to be changed gets a short hash of the original, so two different points nev
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import importlib.util
@@ -19,6 +20,9 @@ import posixpath
 import re
 import shlex
 import sys
+
+import fsspec
+from etils import epath
 
 FINISHED, PREEMPTED, FAILED = "finished", "preempted", "failed"
 STARTED, MISSING = "started", "missing"  # a workdir without results.json / no workdir at all
@@ -126,13 +130,9 @@ def expand(config_spec: str, workdir_root: str, *, extra=(), python: str = sys.e
 
 def read_json(path) -> dict | None:
   """Parsed JSON at `path` (str or epath.Path), None when absent or unreadable (e.g. half-written)."""
-  from etils import epath
-
   try:
     if str(path).startswith(("gs://", "gcs://")):
-      import fsspec  # pylint: disable=g-import-not-at-top
-
-      # One GET; epath's buffered reader (fsspec's prefetcher) was seen to hang on small objects here.
+      # One GET: epath's buffered reader (fsspec's prefetcher) can hang on small objects.
       return json.loads(fsspec.filesystem("gs").cat_file(str(path)))
     return json.loads(epath.Path(path).read_text())
   except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
@@ -153,16 +153,12 @@ def status_of(results: dict | None, *, workdir_exists: bool = True) -> str:
 
 
 def run_status(workdir: str) -> tuple[str, dict | None]:
-  from etils import epath
-
   results = read_json(epath.Path(workdir) / "results.json")
   exists = results is not None or epath.Path(workdir).exists()
   return status_of(results, workdir_exists=exists), results
 
 
 def main(argv=None):
-  import argparse
-
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = parser.add_subparsers(dest="cmd", required=True)
   p = sub.add_parser("finished", help="exit 0 when WORKDIR/results.json says finished, 1 otherwise")

@@ -22,13 +22,25 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import re
 import sys
 import time
 
+import numpy as np
+from absl import flags
+from ml_collections import config_flags
+
+from gp_jax import lease as lease_lib
+from gp_jax import runtime, storage
+from gp_jax import workdir as wd
+from gp_jax.configs import base as base_config
 from launch import sweep
+
+# jax, Orbax and the trainer are imported where they are used: they take seconds, and a worker with nothing left to
+# run (or a test's stand-in runner) needs none of them.
 
 EXIT_DONE, EXIT_USAGE, EXIT_PREEMPTED, EXIT_LOST, EXIT_INCOMPLETE = 0, 2, 3, 4, 10
 NONE_LEFT, WAIT = -1, -2  # choices besides a point index
@@ -42,9 +54,6 @@ def _print(msg: str) -> None:
 
 def load_config(run: sweep.Run):
   """The ConfigDict `python -m gp_jax.main` would build from the run's flags (`--config=...:arg --config.k=v`)."""
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-
   argv = ["worker", *run.argv[3:]]
   fv = flags.FlagValues()
   # The override flags (--config.k=v) are defined while the config file is loaded, from `sys_argv`.
@@ -59,10 +68,8 @@ def resume_step(workdir: str) -> int:
   """The latest finalised checkpoint step in WORKDIR/ckpt (-1: none), as Orbax decides: a save that never
   finished (a local `<step>.orbax-checkpoint-tmp-*` folder, a gs:// `<step>/` without commit_success.txt) is
   skipped."""
-  from gp_jax import storage  # pylint: disable=g-import-not-at-top
-
   ckpt = storage.path(workdir) / "ckpt"
-  if not ckpt.exists():  # no need to import Orbax (seconds) for that
+  if not ckpt.exists():
     return -1
   from gp_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
 
@@ -71,11 +78,6 @@ def resume_step(workdir: str) -> int:
 
 def config_matches(run: sweep.Run, config) -> tuple[bool, str]:
   """Whether the point's workdir holds no run or a run of this config (gp_jax.workdir.config_changes)."""
-  import json  # pylint: disable=g-import-not-at-top
-
-  from gp_jax import workdir as wd  # pylint: disable=g-import-not-at-top
-  from gp_jax.configs import base as base_config  # pylint: disable=g-import-not-at-top
-
   saved = sweep.read_json(sweep.join(run.workdir, "config.json"))
   if saved is None or config is None or config.get("allow_config_change", False):
     return True, ""
@@ -88,11 +90,6 @@ class Chooser:
   """Process 0's side: picks and leases the next point."""
 
   def __init__(self, runs: list[sweep.Run], root: str, name: str):
-    from gp_jax import lease as lease_lib  # pylint: disable=g-import-not-at-top
-    from gp_jax import storage  # pylint: disable=g-import-not-at-top
-
-    self.lease_lib = lease_lib
-    self.storage = storage
     self.runs, self.root, self.name = runs, root, name
     self.skip: set[str] = set()  # points this worker gave up on (failed here, config mismatch)
     self.lease = None
@@ -102,12 +99,12 @@ class Chooser:
     for i, run in enumerate(self.runs):
       if run.name in self.skip or sweep.run_status(run.workdir)[0] == sweep.FINISHED:
         continue
-      lease = self.lease_lib.Lease(self.lease_lib.lease_dir(run.workdir, root=self.root),
-                                   owner=f"{self.name}@{self.lease_lib.owner_label()}", extra={"point": run.name})
+      lease = lease_lib.Lease(lease_lib.lease_dir(run.workdir, root=self.root),
+                              owner=f"{self.name}@{lease_lib.owner_label()}", extra={"point": run.name})
       if not lease.try_acquire():
         waiting = True
         continue
-      self.storage.forget_listings(run.workdir)  # its last holder may have written since this process last looked
+      storage.forget_listings(run.workdir)  # its last holder may have written since this process last looked
       if sweep.run_status(run.workdir)[0] == sweep.FINISHED:  # finished by its last holder meanwhile
         lease.release(outcome="already finished")
         continue
@@ -129,7 +126,6 @@ class Chooser:
 def _broadcast(values: list[int], multi: bool) -> list[int]:
   if not multi:
     return values
-  import numpy as np  # pylint: disable=g-import-not-at-top
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
   return [int(v) for v in multihost_utils.broadcast_one_to_all(np.asarray(values, np.int64))]
@@ -179,8 +175,6 @@ def main(argv=None) -> int:
   else:
     is_main = True
   if args.runner == "launch.worker:train_point":
-    from gp_jax import runtime  # pylint: disable=g-import-not-at-top
-
     runtime.configure()
 
   runs = sweep.expand(args.config, args.workdir, extra=args.extra)
@@ -189,8 +183,6 @@ def main(argv=None) -> int:
   name = args.name or "worker"
   chooser = Chooser(runs, args.workdir, name) if is_main else None
   runner = _runner(args.runner)
-  from gp_jax import lease as lease_lib  # pylint: disable=g-import-not-at-top
-
   poll = args.poll_s if args.poll_s is not None else lease_lib.heartbeat_s()
   _print(f"{name}: {len(runs)} points under {args.workdir}")
   while True:

@@ -8,12 +8,14 @@ import sys
 
 import pytest
 
-from launch import compile as compile_lib
+from launch import accelerators
+from launch import compiler as compiler_lib
+from launch import points as points_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYNTHETIC = os.path.join(REPO, "experiments", "synthetic.py") + ":quick"
-needs_gpu_compiler = pytest.mark.skipif(compile_lib.gpu_compiler_missing() is not None,
-                                        reason=str(compile_lib.gpu_compiler_missing()))
+needs_gpu_compiler = pytest.mark.skipif(accelerators.gpu_compiler_missing() is not None,
+                                        reason=str(accelerators.gpu_compiler_missing()))
 HUGE_BATCH = ["--config.batch_size=1048576", "--config.eval_batch_size=1048576"]
 
 
@@ -22,9 +24,9 @@ def test_gpu_types_map_to_hosts_of_eight(monkeypatch):
   expected = {"h100-1": ("1x1x1", 1, 1), "h100-4": ("1x1x4", 4, 1), "h100-8": ("1x1x8", 8, 1),
               "h200-16": ("1x2x8", 16, 2), "h100-64": ("1x8x8", 64, 8)}
   for name, (topology, gpus, hosts) in expected.items():
-    s = compile_lib.accelerator_slice(name)
+    s = accelerators.accelerator_slice(name)
     assert (s.platform, s.topology, s.chips, s.hosts) == ("cuda", topology, gpus, hosts), name
-  h100 = compile_lib.accelerator_slice("h100-1")
+  h100 = accelerators.accelerator_slice("h100-1")
   assert h100.hbm_bytes == int(81559 * 2**20 * 0.75)  # JAX's allocator takes 75% of nvidia-smi's 81559 MiB
   monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", ".9")
   assert h100.hbm_bytes == int(81559 * 2**20 * 0.9)
@@ -32,17 +34,17 @@ def test_gpu_types_map_to_hosts_of_eight(monkeypatch):
   monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "2")
   with pytest.raises(ValueError, match="must be in"):
     h100.hbm_bytes  # pylint: disable=pointless-statement
-  assert compile_lib.accelerator_slice("v4-8").platform == "tpu"
+  assert accelerators.accelerator_slice("v4-8").platform == "tpu"
   for bad in ("h100-12", "h100-0", "h100", "h300-8"):
     with pytest.raises(ValueError, match="h100|v4-8"):
-      compile_lib.accelerator_slice(bad)
+      accelerators.accelerator_slice(bad)
 
 
 def test_the_gpu_compiler_lives_outside_the_environment(monkeypatch, tmp_path):
   monkeypatch.setenv("GP_JAX_GPU_COMPILER", str(tmp_path))
-  monkeypatch.setattr(compile_lib, "ENV_GPU_PLUGINS", ())  # another test of this process may have put one on sys.path
-  assert compile_lib.gpu_compiler_dir().startswith(str(tmp_path / "jaxlib-"))
-  assert "--install_gpu_compiler" in compile_lib.gpu_compiler_missing()
+  monkeypatch.setattr(accelerators, "ENV_GPU_PLUGINS", ())  # another test of this process may have put one on sys.path
+  assert accelerators.gpu_compiler_dir().startswith(str(tmp_path / "jaxlib-"))
+  assert "--install_gpu_compiler" in accelerators.gpu_compiler_missing()
   out = subprocess.run([sys.executable, "-m", "launch.compile", f"--config={SYNTHETIC}", "--accelerator_type=h100-1"],
                        cwd=REPO, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "GP_JAX_GPU_COMPILER": str(tmp_path)})
@@ -53,8 +55,9 @@ def test_the_gpu_compiler_lives_outside_the_environment(monkeypatch, tmp_path):
 def test_tiny_steps_compile_for_h100_with_memory_against_the_allocator(tmp_path):
   from benchmarks import hlo_traffic
 
-  compiler = compile_lib.Compiler(compile_lib.accelerator_slice("h100-8"), out=lambda line: None, hlo_dir=str(tmp_path))
-  rows = compiler.run(compile_lib.sweep_points(SYNTHETIC, extra=["--config.model.num_attn_layers=1"], points="0"))
+  compiler = compiler_lib.Compiler(accelerators.accelerator_slice("h100-8"), out=lambda line: None,
+                                   hlo_dir=str(tmp_path))
+  rows = compiler.run(points_lib.sweep_points(SYNTHETIC, extra=["--config.model.num_attn_layers=1"], points="0"))
   assert not compiler.unexpected
   assert [(r.step, r.status) for r in rows] == [("train", "compiled"), ("eval", "compiled")], [r.line() for r in rows]
   for row in rows:
@@ -92,7 +95,7 @@ def test_bf16_embedding_gradient_has_no_bf16_scatter_on_xla_gpu():
 
   from gp_jax.models import layers
 
-  device, = compile_lib.topology_devices(compile_lib.accelerator_slice("h100-1"))
+  device, = accelerators.topology_devices(accelerators.accelerator_slice("h100-1"))
 
   def scatters(lookup) -> list[str]:
     word, types = (nnx.Embed(n, 64, dtype=jnp.bfloat16, rngs=nnx.Rngs(0)) for n in (1000, 2))
@@ -116,8 +119,8 @@ def test_a_gemm_without_a_triton_tiling_is_compiled_with_cublas_and_says_so():
   its backward pass; the step is compiled again with Triton GEMM fusions off. L 80 needs no retry."""
   def row(length):
     extra = ["--config.model.head=efficient", f"--config.data.max_len={length}", f"--config.data.buckets=({length},)"]
-    compiler = compile_lib.Compiler(compile_lib.accelerator_slice("h100-1"), steps=("train",), out=lambda line: None)
-    row, = compiler.run(compile_lib.sweep_points(SYNTHETIC, extra=extra, points="0"))
+    compiler = compiler_lib.Compiler(accelerators.accelerator_slice("h100-1"), steps=("train",), out=lambda line: None)
+    row, = compiler.run(points_lib.sweep_points(SYNTHETIC, extra=extra, points="0"))
     assert not compiler.unexpected and row.status == "compiled", row.line()
     return row
 

@@ -9,12 +9,13 @@ import sys
 
 import pytest
 
-from launch import compile as compile_lib
-from launch import tpu
+from launch import accelerators, failures, tpu
+from launch import compiler as compiler_lib
+from launch import points as points_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYNTHETIC = os.path.join(REPO, "experiments", "synthetic.py") + ":quick"
-needs_libtpu = pytest.mark.skipif(compile_lib.libtpu_missing() is not None,
+needs_libtpu = pytest.mark.skipif(accelerators.libtpu_missing() is not None,
                                   reason="libtpu is not installed: pip install -e '.[aot]'")
 # A tiny model that holds both kinds of TPU kernel: one splash attention block, the Pallas ZLPR loss.
 KERNELS = ["--config.model.num_attn_layers=1", "--config.loss.block_size=128", "--config.loss.implementation=pallas",
@@ -24,8 +25,8 @@ HUGE_BATCH = ["--config.batch_size=1048576", "--config.eval_batch_size=1048576"]
 
 
 def _rows(accelerator_type, extra, *, points="0", steps=("train",), config=SYNTHETIC):
-  compiler = compile_lib.Compiler(compile_lib.tpu_slice(accelerator_type), steps=steps, out=lambda line: None)
-  rows = compiler.run(compile_lib.sweep_points(config, extra=extra, points=points))
+  compiler = compiler_lib.Compiler(accelerators.tpu_slice(accelerator_type), steps=steps, out=lambda line: None)
+  rows = compiler.run(points_lib.sweep_points(config, extra=extra, points=points))
   assert not compiler.unexpected
   return rows
 
@@ -37,12 +38,12 @@ def test_accelerator_types_map_to_topologies():
               "v6e-8": ("v6e:2x4", 8, 1, (2, 4, 1)), "v6e-256": ("v6e:16x16", 256, 64, (2, 2, 1)),
               "v4-4096": ("v4:8x16x16", 2048, 512, (2, 2, 1))}
   for name, (topology, chips, hosts, per_host) in expected.items():
-    s = compile_lib.tpu_slice(name)
+    s = accelerators.tpu_slice(name)
     assert (s.topology, s.chips, s.hosts, s.chips_per_host) == (topology, chips, hosts, per_host), name
-  assert compile_lib.tpu_slice("v5litepod-8").family.hbm_gib == 16
+  assert accelerators.tpu_slice("v5litepod-8").family.hbm_gib == 16
   for bad in ("v5e-16", "v4-6", "v5litepod-2", "v4"):
     with pytest.raises(ValueError):
-      compile_lib.tpu_slice(bad)
+      accelerators.tpu_slice(bad)
 
 
 def test_failure_reasons_name_hbm_vmem_mosaic_and_refusals():
@@ -55,23 +56,23 @@ def test_failure_reasons_name_hbm_vmem_mosaic_and_refusals():
                       'while allocating on stack for %zlpr_neg_fwd.1 = f32[1] custom-call(), custom_call_target='
                       '"tpu_custom_call", metadata={op_name="jit(step)/jvp()/zlpr_neg_fwd/pallas_call"}. Scoped '
                       'allocation with size 26.89M and limit 16.00M exceeded scoped vmem limit by 10.89M.')
-  assert compile_lib.failure(vmem, config) == ("VMEM: kernel zlpr_neg_fwd (loss.block_size=1024): needs 26.89M of "
-                                               "16.00M scoped VMEM")
+  assert failures.failure(vmem, config) == ("VMEM: kernel zlpr_neg_fwd (loss.block_size=1024): needs 26.89M of "
+                                            "16.00M scoped VMEM")
   spill = RuntimeError("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space vmem. "
                        "Used 17.14M of 16.00M vmem.\n  1. Size: 8.00M\n     XLA label: register allocator spill slots "
                        "in HLO :: zlpr_neg_bwd_dq.1\n")
-  assert compile_lib.failure(spill, config).startswith("VMEM: kernel zlpr_neg_bwd_dq (loss.block_size=1024)")
+  assert failures.failure(spill, config).startswith("VMEM: kernel zlpr_neg_bwd_dq (loss.block_size=1024)")
   config.model.head = "efficient"  # a shared q/k head: tiles clamp to 512 on v5e (pallas_zlpr.TPU_MAX_TILE)
-  assert "(loss.block_size=1024: 512 x 512 tiles on v5e)" in compile_lib.failure(spill, config, length=4096,
-                                                                                   generation="v5e")
+  assert "(loss.block_size=1024: 512 x 512 tiles on v5e)" in failures.failure(spill, config, length=4096,
+                                                                                generation="v5e")
   hbm = RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries "
                      "(35.46G) exceeds available HBM (15.75G).")
-  assert compile_lib.failure(hbm, config) == "HBM: HLO temporaries need 35.46G, 15.75G available"
-  assert compile_lib.failure(ValueError("The Pallas TPU lowering currently requires that the last two dimensions of "
-                                        "your block shape are divisible by 8 and 128"), config).startswith("Mosaic: ")
-  assert compile_lib.failure(UserError("batch_size=6 must be divisible"), config) == "refused: batch_size=6 must be " \
+  assert failures.failure(hbm, config) == "HBM: HLO temporaries need 35.46G, 15.75G available"
+  assert failures.failure(ValueError("The Pallas TPU lowering currently requires that the last two dimensions of "
+                                     "your block shape are divisible by 8 and 128"), config).startswith("Mosaic: ")
+  assert failures.failure(UserError("batch_size=6 must be divisible"), config) == "refused: batch_size=6 must be " \
       "divisible"
-  assert compile_lib.failure(KeyError("surprise"), config) is None
+  assert failures.failure(KeyError("surprise"), config) is None
 
 
 @needs_libtpu
@@ -82,7 +83,7 @@ def test_tiny_train_step_with_splash_and_pallas_compiles_for_v5litepod_data_x_fs
   # one attention block: splash forward, dq and dkv; the ZLPR loss: forward, dq and dk passes
   assert row.kernels == 6
   assert row.labels == "data:4 x fsdp:2, bfloat16, attention splash, loss pallas"
-  assert 0 < row.hbm_bytes < row.hbm_limit_bytes == 16 * compile_lib.GIB and row.gflop > 0
+  assert 0 < row.hbm_bytes < row.hbm_limit_bytes == 16 * accelerators.GIB and row.gflop > 0
   assert row.floor_ms == pytest.approx(row.gflop / 197)
 
 
@@ -97,9 +98,9 @@ def test_zlpr_loss_runs_out_of_vmem_on_v5e_and_compiles_on_v6e():
            "--config.data.buckets=(1024,)", "--config.batch_size=8"]
 
   def rows(accelerator_type):
-    compiler = compile_lib.Compiler(compile_lib.tpu_slice(accelerator_type), steps=("train",), num_types=16,
-                                    out=lambda line: None)
-    rows = compiler.run(compile_lib.sweep_points(SYNTHETIC, extra=extra, points="0"))
+    compiler = compiler_lib.Compiler(accelerators.tpu_slice(accelerator_type), steps=("train",), num_types=16,
+                                     out=lambda line: None)
+    rows = compiler.run(points_lib.sweep_points(SYNTHETIC, extra=extra, points="0"))
     assert not compiler.unexpected
     return rows
 
@@ -148,13 +149,13 @@ def test_a_point_that_cannot_fit_exits_2_and_the_dry_run_refuses(tmp_path, capfd
 
 
 def test_dry_run_without_libtpu_says_so_and_goes_on(tmp_path, capsys, monkeypatch):
-  monkeypatch.setattr(compile_lib, "libtpu_missing", lambda: "libtpu is not installed: " + compile_lib.INSTALL_HINT)
+  monkeypatch.setattr(accelerators, "libtpu_missing", lambda: "libtpu is not installed: " + accelerators.INSTALL_HINT)
   args = ["run", "--tpu=pod", "--zone=z", f"--config={SYNTHETIC}", f"--workdir={tmp_path}", "--dry_run"]
   assert tpu.main(args) == 0
   out = capsys.readouterr().out
   assert "preflight skipped: libtpu is not installed: pip install -e '.[aot]'" in out
   assert "gcloud compute tpus tpu-vm scp" in out
-  monkeypatch.setattr(compile_lib, "libtpu_missing", lambda: pytest.fail("--nopreflight looked for libtpu"))
+  monkeypatch.setattr(accelerators, "libtpu_missing", lambda: pytest.fail("--nopreflight looked for libtpu"))
   assert tpu.main([*args, "--nopreflight"]) == 0
   assert "preflight" not in capsys.readouterr().out
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 from benchmarks import hlo_traffic
-from launch import compile as compile_lib
+from launch import accelerators as compile_lib
 
 MODULE = """HloModule jit_step, entry_computation_layout={(f32[1000,100]{1,0}, f32[1000,100]{1,0})->f32[1000,100]{1,0}}
 

@@ -13,7 +13,7 @@ import pytest
 
 from gp_jax.configs import base
 from gp_jax.configs.args import parse_arg
-from launch import local, sweep, tpu
+from launch import local, sweep, tpu, tpu_commands
 from tests import helpers_train as ht
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -223,8 +223,8 @@ def test_local_sweep_sigterm_then_rerun_resumes_and_skips(tmp_path):
 
 
 def test_pod_commands_exact():
-  cmds = tpu.start_workers_commands(name="pod", zone="us-central2-b", project=None, sha="abc123",
-                                    tarball="/t/x.tar.gz", script_file="/t/workers-pod.sh")
+  cmds = tpu_commands.start_workers_commands(name="pod", zone="us-central2-b", project=None, sha="abc123",
+                                             tarball="/t/x.tar.gz", script_file="/t/workers-pod.sh")
   g = ["gcloud", "compute", "tpus", "tpu-vm"]
   unpack = ("--command=set -e; mkdir -p ~/gp_jax-abc123 && tar -xzf ~/gp_jax-abc123.tar.gz -C ~/gp_jax-abc123 && "
             "cd ~/gp_jax-abc123 && ")
@@ -239,11 +239,13 @@ def test_pod_commands_exact():
            "--command=cd ~/gp_jax-abc123 && nohup setsid bash workers.sh > ~/gp_jax-abc123/queue.log 2>&1 "
            "< /dev/null &"],
   ]
-  with_project = tpu.start_workers_commands(name="pod", zone="z", project="proj", sha="abc123", tarball="t",
-                                            script_file="s", python="~/venv/bin/python")
+  with_project = tpu_commands.start_workers_commands(name="pod", zone="z", project="proj", sha="abc123",
+                                                     tarball="t", script_file="s", python="~/venv/bin/python")
   assert all(c.count("--project=proj") == 1 and "--worker=all" in c and "--zone=z" in c for c in with_project)
-  assert with_project[1][-1] == unpack.replace("us-central2-b", "z") + '"$HOME"/venv/bin/python -m pip install -q \'.[tpu]\''
-  assert tpu.archive_command("v1", "/t/a.tar.gz") == ["git", "archive", "--format=tar.gz", "-o", "/t/a.tar.gz", "v1"]
+  assert with_project[1][-1] == (unpack.replace("us-central2-b", "z")
+                                 + '"$HOME"/venv/bin/python -m pip install -q \'.[tpu]\'')
+  assert tpu_commands.archive_command("v1", "/t/a.tar.gz") == ["git", "archive", "--format=tar.gz", "-o",
+                                                                "/t/a.tar.gz", "v1"]
 
 
 TRICKY = """
@@ -260,8 +262,8 @@ TRICKY = """
 def test_workers_script_quotes_config_workdir_and_flags(tmp_path):
   config = "experiments/exp.py:name=a b,c='d' \"e\""
   extra = ["--config.note=it's, a \"note\""]
-  script = tpu.worker_script(sha="abc123", slice_name="gp", config=config, workdir="gs://bucket/runs x", extra=extra,
-                             python="~/venv/bin/python")
+  script = tpu_commands.worker_script(sha="abc123", slice_name="gp", config=config, workdir="gs://bucket/runs x",
+                                      extra=extra, python="~/venv/bin/python")
   path = tmp_path / "workers.sh"
   path.write_text(script)
   check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
@@ -296,8 +298,9 @@ def test_workers_script_runs_points_skipping_finished(tmp_path):
   fake.chmod(0o755)
   code = tmp_path / "gp_jax-abc"
   os.makedirs(code)
-  (code / "workers.sh").write_text(tpu.worker_script(sha="abc", slice_name="gp", config=str(tmp_path / "exp.py"),
-                                                     workdir=root, python=str(fake)))
+  (code / "workers.sh").write_text(tpu_commands.worker_script(sha="abc", slice_name="gp",
+                                                              config=str(tmp_path / "exp.py"), workdir=root,
+                                                              python=str(fake)))
   events = tmp_path / "events.jsonl"
   env = dict(os.environ, HOME=str(tmp_path), FAKE_LOG=str(tmp_path / "calls.jsonl"), PYTHONPATH=REPO,
              STANDIN_EVENTS=str(events), STANDIN_S="0.1")
@@ -330,12 +333,13 @@ def test_tpu_dry_run_prints_commands(tmp_path, capsys):
                        text=True).stdout.strip()
   assert lines[0][-1] == "HEAD" and sha in lines[1][6]
   script_file = lines[3][5]
-  assert lines[1:] == tpu.start_workers_commands(name="pod", zone="z", project="p", sha=sha, tarball=lines[0][4],
-                                                 script_file=script_file, python="~/gp_venv/bin/python")
+  assert lines[1:] == tpu_commands.start_workers_commands(name="pod", zone="z", project="p", sha=sha,
+                                                          tarball=lines[0][4], script_file=script_file,
+                                                          python="~/gp_venv/bin/python")
   assert not os.path.exists(lines[0][4]) and not os.path.exists(script_file)  # nothing was written or run
   script = captured.out.split(f"--- {script_file}:\n")[1].split(f"--- end of {script_file}")[0]
-  assert script == tpu.worker_script(sha=sha, slice_name="pod", config=config, workdir="/local/runs",
-                                     extra=["--config.num_epochs=1"], python="~/gp_venv/bin/python")
+  assert script == tpu_commands.worker_script(sha=sha, slice_name="pod", config=config, workdir="/local/runs",
+                                              extra=["--config.num_epochs=1"], python="~/gp_venv/bin/python")
   assert f"{len(sweep.expand(os.path.join(REPO, config), '/local/runs'))} points, code HEAD = {sha}" in captured.out
 
 

@@ -2,7 +2,7 @@
 
 import subprocess
 
-from launch import tpu
+from launch import tpu, tpu_commands
 
 
 def test_create_four_spot_v4_8_slices_exact(capsys):
@@ -14,25 +14,26 @@ def test_create_four_spot_v4_8_slices_exact(capsys):
 
 
 def test_create_v5e_reserved_runtime():
-  assert tpu.create_command("v5", zone="z", project="p", accelerator_type="v5litepod-16",
-                            runtime_version=tpu.default_runtime("v5litepod-16"), reserved=True) == [
+  assert tpu_commands.create_command("v5", zone="z", project="p", accelerator_type="v5litepod-16",
+                                     runtime_version=tpu_commands.default_runtime("v5litepod-16"), reserved=True) == [
       "gcloud", "compute", "tpus", "queued-resources", "create", "v5", "--node-id=v5", "--zone=z", "--project=p",
       "--accelerator-type=v5litepod-16", "--runtime-version=v2-alpha-tpuv5-lite", "--reserved"]
 
 
 def test_delete_describe_and_watch_decisions():
-  assert tpu.delete_command("gp-1", zone="z", project=None) == [
+  assert tpu_commands.delete_command("gp-1", zone="z", project=None) == [
       "gcloud", "compute", "tpus", "queued-resources", "delete", "gp-1", "--zone=z", "--force", "--quiet"]
-  assert tpu.describe_command("gp-1", zone="z", project=None)[-1] == "--format=value(state.state)"
-  assert tpu.watch_actions("SUSPENDED", spot=True) == ["recreate"]
-  assert tpu.watch_actions(None, spot=True) == ["recreate"]
-  assert tpu.watch_actions("ACTIVE", spot=True) == ["start"]
-  assert tpu.watch_actions("WAITING_FOR_RESOURCES", spot=True) == []
+  assert tpu_commands.describe_command("gp-1", zone="z", project=None)[-1] == "--format=value(state.state)"
+  assert tpu_commands.watch_actions("SUSPENDED", spot=True) == ["recreate"]
+  assert tpu_commands.watch_actions(None, spot=True) == ["recreate"]
+  assert tpu_commands.watch_actions("ACTIVE", spot=True) == ["start"]
+  assert tpu_commands.watch_actions("WAITING_FOR_RESOURCES", spot=True) == []
 
 
 def test_worker_script_per_host_env_and_restart_loop(tmp_path):
-  s = tpu.worker_script(sha="abc", slice_name="gp", config="experiments/synthetic.py:quick", workdir="gs://b/r",
-                        extra=["--config.seed=1"], hosts_per_point="1", accelerator_type="v4-32")
+  s = tpu_commands.worker_script(sha="abc", slice_name="gp", config="experiments/synthetic.py:quick",
+                                 workdir="gs://b/r", extra=["--config.seed=1"], hosts_per_point="1",
+                                 accelerator_type="v4-32")
   for line in ("export TPU_SKIP_MDS_QUERY=1", "export TPU_ACCELERATOR_TYPE=v4-8", "export TPU_HOST_BOUNDS=1,1,1",
                "export TPU_CHIPS_PER_HOST_BOUNDS=2,2,1", "export TPU_WORKER_HOSTNAMES=localhost",
                "export TPU_WORKER_ID=0",
@@ -40,7 +41,7 @@ def test_worker_script_per_host_env_and_restart_loop(tmp_path):
                '"--name=$NAME" -- --config.seed=1 >>logs/worker.log 2>&1 &'):
     assert line in s.splitlines(), line
   assert "--multihost" not in s
-  every = tpu.worker_script(sha="abc", slice_name="gp", config="e.py", workdir="gs://b/r")
+  every = tpu_commands.worker_script(sha="abc", slice_name="gp", config="e.py", workdir="gs://b/r")
   assert "TPU_SKIP_MDS_QUERY" not in every and '"--name=$NAME" --multihost >>logs/worker.log' in every
   path = tmp_path / "w.sh"
   path.write_text(s)

@@ -48,6 +48,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from etils import epath
+
 # The package's API: `from launch import report; report.collect(...)`.
 from launch.report.plots import plot_by_length, plot_epochs, plot_f1, variant_tags, write_plots  # noqa: F401
 from launch.report.runs import collect, find_runs, last_metrics  # noqa: F401
@@ -73,8 +75,6 @@ def main(argv=None):
   print(text, end="")
   if not args.out:
     return 0
-  from etils import epath
-
   epath.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
   written = []
   try:

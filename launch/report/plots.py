@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import statistics
 
+from etils import epath
+
 from launch.report.runs import NO_ROPE, PLAIN, TAGGER
 from launch.report.stats import gold_by_length, length_buckets, pooled_by_length
 
@@ -19,6 +21,7 @@ _DPI = 120
 
 
 def _pyplot():
+  """matplotlib, an optional extra ('.[plots]'), imported when a figure is first drawn."""
   try:
     import matplotlib
   except ImportError as e:
@@ -245,8 +248,6 @@ def plot_epochs(summary: list[dict], path: str | None = None):
 
 
 def _save(fig, path: str):
-  from etils import epath
-
   buf = io.BytesIO()
   fig.savefig(buf, format="png", dpi=_DPI)
   epath.Path(path).write_bytes(buf.getvalue())

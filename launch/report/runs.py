@@ -6,7 +6,13 @@ import functools
 import json
 import math
 
+from etils import epath
+
+from gp_jax.configs.base import get_config
 from launch import sweep
+
+# gp_jax's taggers and evaluate are imported where an older results.json needs them: they import jax and Flax
+# (seconds), which a report of current files never needs.
 
 _RUN_FILES = ("config.json", "results.json")
 _MAX_DEPTH = 8
@@ -21,8 +27,6 @@ BOOKKEEPING_KEYS = frozenset({"progress_bar", "log_every_steps", "checkpoint_eve
 
 def find_runs(root) -> list[tuple[str, object]]:
   """(path relative to root, epath.Path) of every run folder under `root`, sorted; root itself may be one."""
-  from etils import epath
-
   root = epath.Path(root)
   out = []
 
@@ -45,8 +49,6 @@ def find_runs(root) -> list[tuple[str, object]]:
 
 def _metrics_lines(path) -> list[dict]:
   """Parsed lines of a run's metrics.jsonl ([] when absent; a line being written is skipped)."""
-  from etils import epath
-
   try:
     text = (epath.Path(path) / "metrics.jsonl").read_text()
   except FileNotFoundError:
@@ -168,8 +170,6 @@ def resolved_dtype(name, results: dict | None = None):
 
 @functools.lru_cache(maxsize=None)
 def _defaults(encoder: str) -> tuple[tuple[str, object], ...]:
-  from gp_jax.configs.base import get_config  # pylint: disable=g-import-not-at-top
-
   flat = flatten(get_config(encoder=encoder).to_dict())
   flat["model.dtype"] = resolved_dtype(flat.get("model.dtype"))
   return tuple(flat.items())
