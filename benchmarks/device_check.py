@@ -210,10 +210,11 @@ def stage_versions(rec: Recorder, ctx: dict) -> None:
           "packages": _dist_version("jax-cuda13-plugin", "jax-cuda13-pjrt", "jax-cuda12-plugin", "jax-cuda12-pjrt",
                                     "flax", "optax", "orbax-checkpoint", "torch", "transformers", "numpy")}
   try:
-    from jax._src.lib import cuda_versions  # pylint: disable=g-import-not-at-top
+    from gp_jax import jax_private  # pylint: disable=g-import-not-at-top
 
+    cuda_versions = jax_private.cuda_versions()
     info["cudnn"] = cuda_versions.cudnn_get_version() if cuda_versions is not None else None
-  except (ImportError, AttributeError, RuntimeError) as e:
+  except (AttributeError, RuntimeError) as e:
     info["cudnn"] = f"unknown ({type(e).__name__})"
   try:
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],

@@ -28,6 +28,8 @@ import signal
 import threading
 import time
 
+from gp_jax import jax_private
+
 log = logging.getLogger(__name__)
 
 # mallopt parameters (glibc malloc.h).
@@ -79,15 +81,14 @@ def set_threefry_lowering(kind: str) -> bool:
   CPU; applies to programs compiled afterwards. False when this JAX lacks the internals."""
   if kind not in ("unrolled", "rolled"):
     raise ValueError(f"threefry lowering must be 'unrolled' or 'rolled', got {kind!r}")
-  try:
-    from jax._src.interpreters import mlir  # pylint: disable=g-import-not-at-top
-    from jax._src.random import threefry2x32 as tf  # pylint: disable=g-import-not-at-top
-
-    rule = tf._threefry2x32_lowering_rule if kind == "unrolled" else tf._threefry2x32_cpu_lowering_rule  # pylint: disable=protected-access
-    mlir.register_lowering(tf.threefry2x32_p, rule, platform="cpu")
-  except (ImportError, AttributeError) as e:
-    log.warning("threefry: keeping JAX's CPU lowering (%s)", e)
+  rules = jax_private.threefry_cpu_lowerings()
+  if rules is None:
+    log.warning("threefry: keeping JAX's CPU lowering (this jax lacks the internals)")
     return False
+  from jax.interpreters import mlir  # pylint: disable=g-import-not-at-top
+
+  primitive, unrolled, rolled = rules
+  mlir.register_lowering(primitive, unrolled if kind == "unrolled" else rolled, platform="cpu")
   return True
 
 
@@ -124,12 +125,7 @@ def configure_platforms() -> str | None:
 
   if os.environ.get("JAX_PLATFORMS") is not None or importlib.util.find_spec("libtpu") is None:
     return None
-  try:
-    from jax._src import hardware_utils  # pylint: disable=g-import-not-at-top
-
-    if hardware_utils.num_available_tpu_chips_and_device_id()[0] or hardware_utils.has_visible_nvidia_gpu():
-      return None
-  except (ImportError, AttributeError, OSError):
+  if jax_private.accelerators_present() is not False:  # present, or this jax cannot tell
     return None
   import jax  # pylint: disable=g-import-not-at-top
 
@@ -282,16 +278,12 @@ def _atomic_cache_class():
   when this jax lacks the internals."""
   if _cache_guards["class"] is not None:
     return _cache_guards["class"] or None
-  try:
-    from jax._src import compilation_cache as jax_cc  # pylint: disable=g-import-not-at-top
-    from jax._src import lru_cache  # pylint: disable=g-import-not-at-top
-
-    base = lru_cache.LRUCache
-    suffix = lru_cache._CACHE_SUFFIX  # pylint: disable=protected-access
-  except (ImportError, AttributeError) as e:
-    log.warning("compilation cache: keeping jax's in-place entry writes (%s)", e)
+  jax_cc, lru = jax_private.compilation_cache(), jax_private.lru_cache_base()
+  if jax_cc is None or lru is None:
+    log.warning("compilation cache: keeping jax's in-place entry writes (this jax lacks the internals)")
     _cache_guards["class"] = False
     return None
+  base, suffix = lru
 
   class AtomicLRUCache(base):
     """jax's LRUCache, with entries replaced by rename (local folders, no size limit; otherwise jax's own writes)."""
@@ -324,12 +316,11 @@ def _reset_jax_cache_if_stale(path: str | None, atomic) -> None:
   folder, with the cache off, or a cache opened before `_atomic_cache_class`, starts from a closed cache."""
   import jax  # pylint: disable=g-import-not-at-top
 
+  jax_cc = jax_private.compilation_cache()
   try:
-    from jax._src import compilation_cache as jax_cc  # pylint: disable=g-import-not-at-top
-
     opened = jax_cc._cache  # pylint: disable=protected-access
     checked = jax_cc._cache_checked  # pylint: disable=protected-access
-  except (ImportError, AttributeError):
+  except AttributeError:  # None too
     return
   changed = (jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache) != (path, path is not None)
   foreign = opened is not None and atomic is not None and not isinstance(opened, atomic)
