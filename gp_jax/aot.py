@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from gp_jax import factory
+from gp_jax import factory, optim
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 
@@ -179,10 +179,20 @@ def resolve(program: Program, setup, platform: str) -> Program:
   dropout = program.step == "train" and policy.attention_dropout > 0
   if impl == "cudnn" and dropout:
     program.options = dict(program.options, xla_gpu_enable_command_buffer=COMMAND_BUFFER_WITHOUT_CUDNN)
+  bert = config.model.encoder == "bert"
   program.choices = {"attention": impl, "attention_why": why, "loss": factory.loss_implementation(config, platform),
-                     "dropout_bits": policy.dropout_bits if config.model.encoder == "bert" else "none (nnx.Dropout)",
+                     "dropout_bits": policy.dropout_bits if bert else "none (nnx.Dropout)",
+                     "bert_kernels": bert_kernels(config, platform) if bert else "none",
+                     "optimizer_update": optim.resolve_update(config.optimizer, platform),
                      "xla_options": dict(program.options)}
   return program
+
+
+def bert_kernels(config, platform: str) -> str:
+  """How the BERT train step is written on `platform` (`models.bert.resolve_kernels`)."""
+  from gp_jax.models import bert  # pylint: disable=g-import-not-at-top
+
+  return bert.resolve_kernels(bert.BertConfig(kernels=config.model.get("kernels", "auto"), target_platform=platform))
 
 
 def resolved_record(programs: Sequence[Program], setup, platform: str) -> dict:

@@ -196,7 +196,8 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
     from gp_jax.models import bert, pretrained  # pylint: disable=g-import-not-at-top
 
     overrides = {"hidden_dropout": float(m.dropout), "attention_dropout": policy.attention_dropout,
-                 "attention": policy.attention, "target_platform": policy.platform, "dropout_bits": policy.dropout_bits}
+                 "attention": policy.attention, "target_platform": policy.platform, "dropout_bits": policy.dropout_bits,
+                 "kernels": m.get("kernels", "auto")}
     if load_weights:
       encoder = pretrained.load_pretrained(pretrained.resolve(m.pretrained), dtype=dtype, overrides=overrides)
     else:

@@ -21,9 +21,9 @@ import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
+from gp_jax import optim
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax.data import merge
@@ -151,9 +151,7 @@ def train_step(state, batch, *, graphdef, rest, tx, loss_kind, block_size=None, 
     loss, extra = clean + adv_loss, {"adv_loss": adv_loss}
   if step_transform is not None:
     loss, grads = step_transform(loss, grads, state["step"])
-  updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-  params = optax.apply_updates(state["params"], updates)
-  grad_norm = optax.global_norm(grads)
+  params, opt_state, grad_norm = optim.apply_gradients(tx, grads, state["opt_state"], state["params"])
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   new_state = dict(state, params=params, opt_state=opt_state, step=state["step"] + 1)
   if ema_decay:

@@ -69,6 +69,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.model.dtype = a.dtype  # compute dtype: auto (float32 on CPU, bfloat16 on GPU/TPU), float32 or bfloat16 (params stay float32)
   c.model.attention = "auto"  # self-attention kernel (gp_jax.ops.attention): auto | xla | cudnn (GPU) | splash (TPU)
   c.model.dropout_bits = "auto"  # bert dropout masks: auto (hash on CPU/GPU, threefry on TPU), hash or threefry; GP_JAX_DROPOUT_BITS overrides
+  c.model.kernels = "auto"  # bert train step: auto (fused on GPU, reference elsewhere), fused or reference (same parameters)
   c.model.attention_dropout = -1.0  # attention-probability dropout, XLA path only (-1: model.dropout for bert, 0 for scratch)
   c.model.embed_dim = 128  # scratch: char embedding width
   c.model.bigram_dim = 128  # scratch: bigram embedding width (0 = no bigrams)
@@ -99,6 +100,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.optimizer.eps = 1e-8
   c.optimizer.crf_lr_multiplier = 1.0  # crf head: the transition matrix's learning rate is this times the head's
   c.optimizer.ema_decay = 0.0  # > 0: EMA of the parameters (e <- decay*e + (1-decay)*p per step); evaluation, best/, predict use it
+  c.optimizer.update = "auto"  # how the step applies AdamW: auto (fused on GPU, optax elsewhere), fused or optax (same state)
   c.optimizer.ema_warmup = False  # EMA decay min(ema_decay, (1+t)/(10+t)) at update t (TF's num_updates form)
 
   c.adversarial = ml_collections.ConfigDict()  # perturbation of the word-embedding output (gp_jax/steps.py `Adversarial`)

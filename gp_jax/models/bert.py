@@ -6,7 +6,8 @@ RoBERTa checkpoints differ only in position ids (cumulative count of non-pad tok
 weight-name prefix.
 
 Weights come from `gp_jax.models.pretrained.load_pretrained`; a freshly built `Bert(...)` follows the nnx
-convention and starts in train mode.
+convention and starts in train mode. `BertConfig.kernels` picks how the train step is written (`resolve_kernels`):
+the same parameters and function either way.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from gp_jax import ops
 from gp_jax.models.layers import embed, embed_prefix, linear
 from gp_jax.ops import attention as attention_lib
-from gp_jax.ops.dropout import dropout
+from gp_jax.ops.dropout import dropout, dropout_words
+from gp_jax.ops.gelu import gelu
+from gp_jax.ops.layer_norm import layer_norm
 
 ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -31,6 +35,8 @@ _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
   "silu": jax.nn.silu,
   "swish": jax.nn.silu,
 }
+KERNELS = ("auto", "fused", "reference")
+FUSED_ON = ("cuda",)  # targets where kernels="auto" is "fused" (docs/benchmarks/gpu_compiled.md)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +59,7 @@ class BertConfig:
   attention: str = "xla"  # ops.attention implementation: auto | xla | cudnn | splash
   target_platform: str | None = None  # platform the model is compiled for (attention=auto); None: at lowering
   dropout_bits: str | None = None  # dropout masks from "hash" or "threefry" bits (ops.dropout); None: at trace time
+  kernels: str = "auto"  # fused | reference | auto (fused for a cuda target): `resolve_kernels`
 
   def __post_init__(self):
     if self.model_type not in ("bert", "roberta"):
@@ -63,6 +70,8 @@ class BertConfig:
       raise ValueError(f"attention must be one of {attention_lib.IMPLEMENTATIONS}, got {self.attention!r}")
     if self.hidden_size % self.num_heads:
       raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
+    if self.kernels not in KERNELS:
+      raise ValueError(f"kernels must be one of {KERNELS}, got {self.kernels!r}")
 
   @classmethod
   def from_hf_dict(cls, d: dict[str, Any]) -> BertConfig:
@@ -95,6 +104,25 @@ class BertConfig:
     )
 
 
+def resolve_kernels(cfg: BertConfig) -> str:
+  """How the encoder's train step is written, "fused" or "reference" (the value resolved.json records). Same
+  parameters and function either way; fused takes fewer kernels and less memory traffic on a GPU: every dropout
+  mask's key words from one draw per step (hash bits), Q, K and V as one [D, 3D] projection (one matmul each way, one
+  bias reduction), LayerNorm's and GELU's hand-written backward (`ops.layer_norm`, `ops.gelu`), the attention logits'
+  gradient in the compute dtype (`ops.attention.xla_attention`). Its float rounding differs, so "auto" keeps the
+  reference formulation everywhere but a cuda target."""
+  if cfg.kernels != "auto":
+    return cfg.kernels
+  return "fused" if cfg.target_platform in FUSED_ON else "reference"
+
+
+def _norm(module: nnx.LayerNorm, x: jax.Array, fused: bool) -> jax.Array:
+  """`module(x)`; fused: the same function with its hand-written backward (`ops.layer_norm`)."""
+  if not fused:
+    return module(x)
+  return layer_norm(x, module.scale[...], module.bias[...], module.epsilon, module.dtype or x.dtype)
+
+
 def _layer_norm(cfg: BertConfig, dtype, param_dtype, rngs: nnx.Rngs) -> nnx.LayerNorm:
   # Two-pass variance (like torch), statistics in f32 even when dtype is bf16.
   return nnx.LayerNorm(cfg.hidden_size, epsilon=cfg.layer_norm_eps, use_fast_variance=False,
@@ -104,6 +132,8 @@ def _layer_norm(cfg: BertConfig, dtype, param_dtype, rngs: nnx.Rngs) -> nnx.Laye
 class BertLayer(nnx.Module):
   """One post-LN Transformer layer."""
 
+  DROPOUTS = 3  # dropout calls per layer: attention probabilities, attention output, FFN output
+
   def __init__(self, cfg: BertConfig, *, dtype, param_dtype, rngs: nnx.Rngs, index: int = 0):
     init = nnx.initializers.normal(0.02)
     self.index = index  # the static seed of cuDNN's fused attention dropout (ops.attention)
@@ -111,31 +141,54 @@ class BertLayer(nnx.Module):
     D, F = cfg.hidden_size, cfg.intermediate_size
     self.num_heads = cfg.num_heads
     self.attention, self.target_platform, self.dropout_bits = cfg.attention, cfg.target_platform, cfg.dropout_bits
+    self.fused = resolve_kernels(cfg) == "fused"
     self.query, self.key, self.value = dense(D, D), dense(D, D), dense(D, D)
     self.attention_out = dense(D, D)
     self.attention_norm = _layer_norm(cfg, dtype, param_dtype, rngs)
     self.intermediate = dense(D, F)
     self.output = dense(F, D)
     self.output_norm = _layer_norm(cfg, dtype, param_dtype, rngs)
-    self.act = _ACTIVATIONS[cfg.hidden_act]
+    self.act = gelu if self.fused and cfg.hidden_act == "gelu" else _ACTIVATIONS[cfg.hidden_act]
     self.attention_dropout = nnx.Dropout(cfg.attention_dropout, rngs=rngs)
     self.hidden_dropout = nnx.Dropout(cfg.hidden_dropout, rngs=rngs)
 
-  def __call__(self, x_BLD: jax.Array, mask_BL: jax.Array) -> jax.Array:
+  def __call__(self, x_BLD: jax.Array, mask_BL: jax.Array, words: jax.Array | None = None) -> jax.Array:
+    """`words` (uint32 [DROPOUTS, 2]): the key words of this layer's hash dropout masks (`ops.dropout.dropout_words`);
+    None: each dropout draws its own from the module's stream."""
     B, L, D = x_BLD.shape
     H = self.num_heads
-    q_BLHK = self.query(x_BLD).reshape(B, L, H, D // H)
-    k_BLHK = self.key(x_BLD).reshape(B, L, H, D // H)
-    v_BLHK = self.value(x_BLD).reshape(B, L, H, D // H)
+    if self.fused:
+      q_BLD, k_BLD, v_BLD = jnp.split(self._qkv(x_BLD), 3, axis=-1)
+    else:
+      q_BLD, k_BLD, v_BLD = self.query(x_BLD), self.key(x_BLD), self.value(x_BLD)
+    q_BLHK, k_BLHK, v_BLHK = (t.reshape(B, L, H, D // H) for t in (q_BLD, k_BLD, v_BLD))
     drop = self.attention_dropout
     bits = self.dropout_bits
-    probs_dropout = None if drop.deterministic or float(drop.rate) == 0.0 else (lambda p: dropout(drop, p, bits))
+    word = lambda i: None if words is None else words[i]  # noqa: E731
+    probs_dropout = (None if drop.deterministic or float(drop.rate) == 0.0
+                     else (lambda p: dropout(drop, p, bits, words=word(0))))
     ctx_BLD = attention_lib.attention(q_BLHK, k_BLHK, v_BLHK, mask_BL=mask_BL, implementation=self.attention,
                                       platform=self.target_platform, probs_dropout=probs_dropout,
-                                      dropout_rate=float(drop.rate), dropout_seed=self.index).reshape(B, L, D)
-    x_BLD = self.attention_norm(x_BLD + dropout(self.hidden_dropout, self.attention_out(ctx_BLD), bits))
+                                      dropout_rate=float(drop.rate), dropout_seed=self.index,
+                                      low_precision_grad=self.fused).reshape(B, L, D)
+    attn_BLD = dropout(self.hidden_dropout, self.attention_out(ctx_BLD), bits, words=word(1))
+    x_BLD = _norm(self.attention_norm, x_BLD + attn_BLD, self.fused)
     ffn_BLD = self.output(self.act(self.intermediate(x_BLD)))
-    return self.output_norm(x_BLD + dropout(self.hidden_dropout, ffn_BLD, bits))
+    return _norm(self.output_norm, x_BLD + dropout(self.hidden_dropout, ffn_BLD, bits, words=word(2)), self.fused)
+
+  def _qkv(self, x_BLD: jax.Array) -> jax.Array:
+    """[query | key | value](x) as one [D, 3D] matmul (same parameters, same dtype policy as nnx.Linear): its
+    gradient is one matmul for the input, one for the three kernels and one reduction for the three biases, where
+    XLA merges the three forward matmuls but not their backward."""
+    mods = (self.query, self.key, self.value)
+    kernel_DE = jnp.concatenate([m.kernel[...] for m in mods], axis=1)
+    bias_E = jnp.concatenate([m.bias[...] for m in mods])
+    x_BLD, kernel_DE, bias_E = self.query.promote_dtype((x_BLD, kernel_DE, bias_E), dtype=self.query.dtype)
+    # One cast of the concatenation that both matmuls read: without the barrier XLA casts the three kernels apart.
+    kernel_DE = jax.lax.optimization_barrier(kernel_DE)
+    y_BLE = ops.flat_dot_general(x_BLD, kernel_DE, (((x_BLD.ndim - 1,), (0,)), ((), ())),
+                                 precision=self.query.precision)
+    return y_BLE + bias_E
 
 
 class Bert(nnx.Module):
@@ -190,8 +243,20 @@ class Bert(nnx.Module):
       self.position_ids(input_ids)  # the length check
       pos_BLD = embed_prefix(self.position_embeddings, input_ids.shape[1])
     x_BLD = word_BLD + pos_BLD + embed(self.token_type_embeddings, token_type_ids)
-    x_BLD = dropout(self.embeddings_dropout, self.embeddings_norm(x_BLD), self.config.dropout_bits)
+    words = self._dropout_words()
+    fused = resolve_kernels(self.config) == "fused"
+    x_BLD = dropout(self.embeddings_dropout, _norm(self.embeddings_norm, x_BLD, fused), self.config.dropout_bits,
+                    words=None if words is None else words[0])
     mask_BL = attention_mask.astype(bool)
-    for layer in self.layers:
-      x_BLD = layer(x_BLD, mask_BL)
+    n = BertLayer.DROPOUTS
+    for i, layer in enumerate(self.layers):
+      x_BLD = layer(x_BLD, mask_BL, None if words is None else words[1 + n * i:1 + n * (i + 1)])
     return x_BLD
+
+  def _dropout_words(self) -> jax.Array | None:
+    """Fused kernels, hash bits, training: the key words of every dropout mask of the step from one draw
+    (`ops.dropout.dropout_words`); else None (each dropout draws its own)."""
+    if (resolve_kernels(self.config) != "fused" or self.config.dropout_bits != "hash"
+        or self.embeddings_dropout.deterministic):
+      return None
+    return dropout_words(self.embeddings_dropout, 1 + BertLayer.DROPOUTS * len(self.layers))

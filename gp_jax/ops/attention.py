@@ -90,12 +90,39 @@ def choose(requested: str, *, platform: str, dtype, length: int, head_dim: int, 
   return fused, ""
 
 
-def xla_attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, probs_dropout: Callable | None = None):
-  """The einsum path; the output has v's dtype."""
+@jax.custom_vjp
+def _scores_low_grad(q_BLHK, k_BLHK):
+  """q . k accumulated and returned in float32, whose gradient is cast to q's dtype before the two matmuls that read
+  it (the reference gradient stays float32: a [B, H, L, L] float32 tensor written and read twice, and two float32
+  matmuls)."""
+  return jnp.einsum("bqhk,bshk->bhqs", q_BLHK, k_BLHK, preferred_element_type=jnp.float32)
+
+
+def _scores_fwd(q_BLHK, k_BLHK):
+  return _scores_low_grad(q_BLHK, k_BLHK), (q_BLHK, k_BLHK)
+
+
+def _scores_bwd(res, g_BHLL):
+  q_BLHK, k_BLHK = res
+  g_BHLL = g_BHLL.astype(q_BLHK.dtype)
+  return (jnp.einsum("bhqs,bshk->bqhk", g_BHLL, k_BLHK, preferred_element_type=jnp.float32).astype(q_BLHK.dtype),
+          jnp.einsum("bhqs,bqhk->bshk", g_BHLL, q_BLHK, preferred_element_type=jnp.float32).astype(k_BLHK.dtype))
+
+
+_scores_low_grad.defvjp(_scores_fwd, _scores_bwd)
+
+
+def xla_attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, probs_dropout: Callable | None = None,
+                  low_precision_grad: bool = False):
+  """The einsum path; the output has v's dtype. `low_precision_grad`: the logits' gradient in q's dtype (bf16 under
+  mixed precision) where the matmuls read it, as fused attention kernels keep it (`_scores_low_grad`)."""
   B, L, H, K = q_BLHK.shape
   # Scores and softmax in f32 (also under bf16 compute); masked keys get the f32 minimum, so a row with no
   # valid key (an all-padding filler row) is uniform, never NaN.
-  logits_BHLL = jnp.einsum("bqhk,bshk->bhqs", q_BLHK, k_BLHK, preferred_element_type=jnp.float32)
+  if low_precision_grad and q_BLHK.dtype != jnp.float32:
+    logits_BHLL = _scores_low_grad(q_BLHK, k_BLHK)
+  else:
+    logits_BHLL = jnp.einsum("bqhk,bshk->bhqs", q_BLHK, k_BLHK, preferred_element_type=jnp.float32)
   logits_BHLL = logits_BHLL / np.sqrt(K).astype(np.float32)
   logits_BHLL = jnp.where(mask_BL[:, None, None, :], logits_BHLL, jnp.finfo(jnp.float32).min)
   probs_BHLL = jax.nn.softmax(logits_BHLL, axis=-1).astype(v_BLHK.dtype)
@@ -164,22 +191,25 @@ def splash_attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, interpret: bool = False
 
 
 def _run(impl: str, q_BLHK, k_BLHK, v_BLHK, mask_BL, probs_dropout, dropout_rate: float = 0.0,
-         dropout_seed: int = 0):
+         dropout_seed: int = 0, low_precision_grad: bool = False):
   if impl == "cudnn":
     rate = dropout_rate if probs_dropout is not None else 0.0
     return cudnn_attention(q_BLHK, k_BLHK, v_BLHK, mask_BL=mask_BL, dropout_rate=rate, seed=dropout_seed)
   if impl == "splash":
     return splash_attention(q_BLHK, k_BLHK, v_BLHK, mask_BL=mask_BL)
-  return xla_attention(q_BLHK, k_BLHK, v_BLHK, mask_BL=mask_BL, probs_dropout=probs_dropout)
+  return xla_attention(q_BLHK, k_BLHK, v_BLHK, mask_BL=mask_BL, probs_dropout=probs_dropout,
+                       low_precision_grad=low_precision_grad)
 
 
 def attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, implementation: str = "xla", platform: str | None = "cpu",
-              probs_dropout: Callable | None = None, dropout_rate: float = 0.0, dropout_seed: int = 0):
+              probs_dropout: Callable | None = None, dropout_rate: float = 0.0, dropout_seed: int = 0,
+              low_precision_grad: bool = False):
   """Self-attention `[B, L, H, K]` x3 -> `[B, L, H, K]` (v's dtype); `mask_BL` bool, True on real keys.
 
   `platform` is the target the program is compiled for; None defers the choice to lowering time. `probs_dropout`:
   a function applied to the probabilities by the XLA path (its presence means dropout is active); the cuDNN path
-  drops with `dropout_rate` and the static `dropout_seed` instead."""
+  drops with `dropout_rate` and the static `dropout_seed` instead. `low_precision_grad`: the XLA path's logits
+  gradient in q's dtype where the matmuls read it (`xla_attention`; a known platform only)."""
   B, L, H, K = q_BLHK.shape
   pick = lambda p: choose(implementation, platform=p, dtype=q_BLHK.dtype, length=L, head_dim=K,  # noqa: E731
                           dropout=probs_dropout is not None)
@@ -187,7 +217,7 @@ def attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, implementation: str = "xla", p
     impl, why = pick(platform)
     if why:
       _log_once(f"attention={implementation} on {platform}: {impl} ({why})")
-    return _run(impl, q_BLHK, k_BLHK, v_BLHK, mask_BL, probs_dropout, dropout_rate, dropout_seed)
+    return _run(impl, q_BLHK, k_BLHK, v_BLHK, mask_BL, probs_dropout, dropout_rate, dropout_seed, low_precision_grad)
   impls = {p: (pick(p)[0] if implementation in ("auto", "xla") or FUSED_PLATFORM.get(implementation) == p
                else "xla") for p in ("cuda", "tpu")}
   if impls["cuda"] == "cudnn" and (not cudnn_detected() or probs_dropout is not None):

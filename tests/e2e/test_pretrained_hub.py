@@ -49,7 +49,8 @@ def test_hub_ids_train_offline_and_predict_without_the_cache(tmp_path):
       (bert_snapshot / "config.json").read_text())
   resolved = json.loads((tmp_path / "bert" / "resolved.json").read_text())  # what `auto` resolved to on this CPU
   assert (resolved["platform"], resolved["dtype"], resolved["dropout_bits"]) == ("cpu", "float32", "hash")
-  assert resolved["programs"] and {(c["attention"], c["loss"]) for c in resolved["programs"].values()} == {("xla", "xla")}
+  assert resolved["programs"] and {(c["attention"], c["loss"], c["bert_kernels"], c["optimizer_update"])
+                                   for c in resolved["programs"].values()} == {("xla", "xla", "reference", "optax")}
   best = tmp_path / "bert" / "best" / str(results["best_step"])  # parameters only: predict never reads Adam's moments
   assert (best / "params").is_dir() and not (best / "state").exists()
 

@@ -166,3 +166,48 @@ def test_deferred_choice_lowers_per_platform():
   out = np.asarray(fn(q, k, v, mask), np.float32)
   ref = np.asarray(_old_bert_attention(q, k, v, mask), np.float32)
   np.testing.assert_array_equal(out, ref)  # on CPU it is the XLA path
+
+
+def _numpy_attention_grads(q, k, v, mask, w, h=1e-6):
+  """Central differences, float64, of sum(w * attention) w.r.t. q, k and v (the NumPy reference above)."""
+  q, k, v = (x.astype(np.float64) for x in (q, k, v))
+  f = lambda q_, k_, v_: np.sum(w * _numpy_attention(q_, k_, v_, mask))  # noqa: E731
+  grads = []
+  for which in range(3):
+    args = [q, k, v]
+    g = np.zeros_like(args[which])
+    for i in np.ndindex(g.shape):
+      up, down = [a.copy() for a in args], [a.copy() for a in args]
+      up[which][i] += h
+      down[which][i] -= h
+      g[i] = (f(*up) - f(*down)) / (2 * h)
+    grads.append(g)
+  return grads
+
+
+def test_low_precision_logits_gradient():
+  """float32: the same function and gradients as the reference path, the gradients NumPy's central differences;
+  bfloat16: within bf16 rounding of the float32 gradients."""
+  q, k, v, mask = _qkv(B=2, L=5, H=2, K=4, seed=3)
+  w = np.random.default_rng(4).standard_normal(q.shape)
+
+  def grads(dtype, low):
+    def loss(q_, k_, v_):
+      out = attn.xla_attention(q_, k_, v_, mask_BL=jnp.asarray(mask), low_precision_grad=low)
+      return jnp.sum(out.astype(jnp.float32) * jnp.asarray(w, jnp.float32))
+    args = [jnp.asarray(x, dtype) for x in (q, k, v)]
+    return [np.asarray(g, np.float64) for g in jax.grad(loss, argnums=(0, 1, 2))(*args)]
+
+  want = _numpy_attention_grads(q, k, v, mask, w)
+  ref32, low32 = grads(jnp.float32, False), grads(jnp.float32, True)
+  for a, b, n in zip(ref32, low32, want):
+    np.testing.assert_array_equal(b, a)  # float32 inputs: nothing to round
+    np.testing.assert_allclose(a, n, rtol=1e-3, atol=1e-4)
+  low16 = grads(jnp.bfloat16, True)
+  for g, n in zip(low16, want):
+    np.testing.assert_allclose(g, n, rtol=0, atol=0.05 * np.max(np.abs(n)))
+  out = attn.attention(*(jnp.asarray(x, jnp.bfloat16) for x in (q, k, v)), mask_BL=jnp.asarray(mask),
+                       implementation="xla", platform="cuda", low_precision_grad=True)
+  ref = attn.attention(*(jnp.asarray(x, jnp.bfloat16) for x in (q, k, v)), mask_BL=jnp.asarray(mask),
+                       implementation="xla", platform="cuda")
+  np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(ref, np.float32))  # the forward is unchanged

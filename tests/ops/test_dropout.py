@@ -136,3 +136,35 @@ def test_mask_does_not_depend_on_the_mesh(bits):
   split = apply(jax.device_put(x, spec))
   assert len(split.sharding.device_set) == 8
   np.testing.assert_array_equal(np.asarray(split), whole)
+
+
+def test_mask_from_given_words_is_the_formula():
+  # `hash_keep_mask` is `hash_keep_mask_from_words` of its key's two words; given words follow the same formula.
+  shape, rate = (4, 9, 13), 0.2
+  key = jax.random.key(9)
+  words = jax.random.bits(key, (2,), jnp.uint32)
+  np.testing.assert_array_equal(np.asarray(dropout_lib.hash_keep_mask_from_words(words, shape, rate)),
+                                np.asarray(dropout_lib.hash_keep_mask(key, shape, rate)))
+  k = np.array([0x12345678, 0x9ABCDEF0], np.uint64)
+  i = np.arange(np.prod(shape), dtype=np.uint64)
+  want = (lowbias32_reference(lowbias32_reference((i + k[0]) & np.uint64(0xFFFFFFFF)) ^ k[1])
+          >= round(rate * 2 ** 32)).reshape(shape)
+  got = dropout_lib.hash_keep_mask_from_words(jnp.asarray(k.astype(np.uint32)), shape, rate)
+  np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_dropout_with_words_leaves_the_stream_alone():
+  x = jnp.asarray(np.random.default_rng(2).uniform(1.0, 2.0, (6, 40)), jnp.float32)
+  module = nnx.Dropout(0.3, rngs=nnx.Rngs(dropout=1))
+  words = dropout_lib.dropout_words(module, 5)  # one draw of the stream for five masks
+  assert words.shape == (5, 2) and words.dtype == jnp.uint32 and len({tuple(w) for w in np.asarray(words)}) == 5
+  count = int(module.rngs.count.value)
+  a = np.asarray(dropout_lib.dropout(module, x, "hash", words=words[0]))
+  assert int(module.rngs.count.value) == count
+  keep = np.asarray(dropout_lib.hash_keep_mask_from_words(words[0], x.shape, 0.3))
+  np.testing.assert_allclose(a, np.where(keep, np.asarray(x) / 0.7, 0.0), rtol=1e-6)
+  assert not np.array_equal(a, np.asarray(dropout_lib.dropout(module, x, "hash", words=words[1])))
+  g = jax.grad(lambda v: jnp.sum(dropout_lib.dropout(module, v, "hash", words=words[0])))(x)
+  np.testing.assert_allclose(np.asarray(g), keep / 0.7, rtol=1e-6)
+  module.eval()
+  np.testing.assert_array_equal(np.asarray(dropout_lib.dropout(module, x, "hash", words=words[0])), np.asarray(x))
