@@ -33,6 +33,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
+from gp_jax import jax_private
 from gp_jax.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -155,8 +156,9 @@ def cudnn_attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, dropout_rate: float = 0.
   if not dropout_rate:
     return jax.nn.dot_product_attention(q_BLHK, k_BLHK, v_BLHK, query_seq_lengths=lengths_B,
                                         key_value_seq_lengths=lengths_B, implementation="cudnn")
-  from jax._src.cudnn import fused_attention_stablehlo as fa  # pylint: disable=g-import-not-at-top
-
+  fa = jax_private.cudnn_fused_attention()
+  if fa is None:
+    raise RuntimeError("cuDNN fused attention with dropout: this jax has no jax._src.cudnn module")
   scale = float(1.0 / np.sqrt(q_BLHK.shape[-1]))
   return fa.dot_product_attention(q_BLHK, k_BLHK, v_BLHK, q_seqlen=lengths_B, kv_seqlen=lengths_B, scale=scale,
                                   mask_type=fa.MaskType.PADDING, seed=int(seed), dropout_rate=float(dropout_rate))
@@ -231,11 +233,10 @@ def attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, implementation: str = "xla", p
 
 def cudnn_detected() -> bool:
   """Whether this machine's jaxlib can trace a cuDNN attention call (it raises "cuDNN is not detected" if not)."""
+  fa = jax_private.cudnn_fused_attention()
   try:
-    from jax._src.cudnn import fused_attention_stablehlo as fa  # pylint: disable=g-import-not-at-top
-
     fa.check_cudnn_version()
-  except (ImportError, RuntimeError):
+  except (AttributeError, RuntimeError):  # None too
     return False
   return True
 
