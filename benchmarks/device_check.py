@@ -651,9 +651,11 @@ def train_batch(hf: dict, *, batch: int, seq: int) -> dict:
 
 
 def project_step(hf: dict, *, batch: int, seq: int, dtype: str = "auto", attention: str = "auto",
-                 attention_dropout: float = 0.1, dropout_bits: str = "auto", seed: int = 0, lr: float | None = None):
+                 attention_dropout: float = 0.1, dropout_bits: str = "auto", kernels: str = "auto",
+                 update: str = "auto", seed: int = 0, lr: float | None = None):
   """-> (ProjectStep, device batch, FLOPs per step, host batch): BERT (`hf`) + GP (H=10, d=64), random init,
-  synthetic batch; `dropout_bits`: `model.dropout_bits` (auto resolves per platform, $GP_JAX_DROPOUT_BITS wins)."""
+  synthetic batch; `dropout_bits`, `kernels`, `update`: `model.dropout_bits`, `model.kernels`, `optimizer.update`
+  (auto resolves per platform)."""
   from benchmarks.inputs import ProjectStep, bert_config, bert_inputs  # pylint: disable=g-import-not-at-top
   from benchmarks.train_step import bert_gp_train_flops  # pylint: disable=g-import-not-at-top
 
@@ -664,6 +666,8 @@ def project_step(hf: dict, *, batch: int, seq: int, dtype: str = "auto", attenti
   config.model.attention = attention
   config.model.attention_dropout = attention_dropout
   config.model.dropout_bits = dropout_bits
+  config.model.kernels = kernels
+  config.optimizer.update = update
   if lr is not None:
     config.optimizer.lr, config.optimizer.head_lr, config.optimizer.warmup_steps = lr, lr, 0
   tokenizer, _ = bert_inputs(hf)
@@ -775,6 +779,10 @@ TRAIN_VARIANTS = {
                             dict(_XLA_DROP, dropout_bits="hash")),
     "cudnn_dropout": StepVariant("ours, attention dropout 0.1, cuDNN fused dropout (GP_JAX_CUDNN_DROPOUT=1)",
                                  _CUDNN_DROP, env={"GP_JAX_CUDNN_DROPOUT": "1"}, needs="cudnn"),
+    "xla_hash_reference": StepVariant("ours, attention dropout 0.1, XLA attention, hash bits, reference BERT step and "
+                                      "optax update (the fused step's switches off)",
+                                      dict(_XLA_DROP, dropout_bits="hash", kernels="reference", update="optax"),
+                                      needs="gpu"),  # elsewhere auto is the reference already
     "xla_hash_L64": StepVariant("ours, attention dropout 0.1, XLA attention, hash bits, B16 x L64 (short sentences)",
                                 dict(_XLA_DROP, dropout_bits="hash"), length=64),
     "no_dropout": StepVariant("ours, attention dropout 0, cuDNN attention",
