@@ -72,9 +72,10 @@ class ProjectStep:
     self.mesh = mesh or shd.make_mesh(config.mesh.data, config.mesh.fsdp)
     self.setup, params = state_lib.init_model(config, tokenizer, types, self.mesh, **init_kwargs)
     self.n_params = state_lib.param_count(params)
-    self.tx, _ = make_optimizer(config.optimizer, total_steps, params)
-    self.state = state_lib.init_train_state(self.setup, params, self.tx, seed=config.seed)
-    self.step_fn = steps.make_train_step(self.setup, self.tx, loss_kind=config.loss.kind)
+    spec = self.setup.spec
+    self.tx, _ = make_optimizer(spec.optimizer, total_steps, params)
+    self.state = state_lib.init_train_state(self.setup, params, self.tx, seed=spec.seed)
+    self.step_fn = steps.make_train_step(self.setup, self.tx, loss_kind=spec.loss_kind)
 
   def device_batch(self, batch):
     return shd.global_batch(model_batch(batch), self.mesh)

@@ -103,8 +103,8 @@ def abstract_batch(problem: Problem):
 
 
 def lower_train_step(setup, problem: Problem, platform: str):
-  tx, _ = make_optimizer(setup.config.optimizer, 10_000, setup.abstract_params)
-  step = steps.make_train_step(setup, tx, loss_kind=setup.config.loss.kind)
+  tx, _ = make_optimizer(setup.spec.optimizer, 10_000, setup.abstract_params)
+  step = steps.make_train_step(setup, tx, loss_kind=setup.spec.loss_kind)
   return jax.export.export(step, platforms=[platform])(state_lib.abstract_state(setup, tx), abstract_batch(problem))
 
 
@@ -120,7 +120,7 @@ def attention_label(problem: Problem, setup, platform: str, *, train: bool, call
   if calls:
     return ", ".join(sorted(calls))
   if not why:
-    _, why = aot.attention_choice(setup.config, problem.encoder_config, platform=platform,
+    _, why = aot.attention_choice(setup.spec, problem.encoder_config, platform=platform,
                                   length=problem.batch["span_mask"].shape[1], train=train)
   return "xla" + (f": {why}" if why else "")
 

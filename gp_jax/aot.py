@@ -64,7 +64,7 @@ def sharded(structure: dict, mesh) -> dict:
 def run_structure(setup, *, batch: int, length: int, train: bool) -> dict:
   """`batch_structure` of a setup's model and tokenizer, sharded over its mesh; tagger heads train on `tags` (eval
   batches carry none)."""
-  tagger = train and factory.tag_scheme(setup.config) is not None
+  tagger = train and setup.spec.tag_scheme is not None
   return sharded(batch_structure(setup.tokenizer.feature_names, num_types=len(setup.types), batch=batch,
                                  length=length, tagger=tagger), setup.mesh)
 
@@ -156,50 +156,58 @@ def compiler_options(program: Program) -> dict:
 COMMAND_BUFFER_WITHOUT_CUDNN = "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,DYNAMIC_SLICE_FUSION"
 
 
-def attention_choice(config, encoder_config, *, platform: str, length: int, train: bool) -> tuple[str, str]:
-  """(implementation, why) of the self-attention a step holds on `platform` (`ops.attention.choose`); "none" for a
-  scratch encoder without attention blocks."""
+def attention_choice(spec, encoder_config, *, platform: str, length: int, train: bool) -> tuple[str, str]:
+  """(implementation, why) of the self-attention a step holds on `platform` (`ops.attention.choose`) for a run spec
+  (`factory.RunSpec`) resolved for that platform; "none" for a scratch encoder without attention blocks."""
   from gp_jax.ops import attention as attention_lib  # pylint: disable=g-import-not-at-top
 
-  if config.model.encoder == "scratch" and not config.model.num_attn_layers:
+  if spec.encoder == "scratch" and not spec.num_attn_layers:
     return "none", ""
-  policy = factory.precision(config, platform)
-  heads, width = attention_shape(config, encoder_config)
+  policy = _policy(spec, platform)
+  heads, width = attention_shape(spec, encoder_config)
   return attention_lib.choose(policy.attention, platform=platform, dtype=jnp.dtype(factory.DTYPES[policy.dtype]),
                               length=length, head_dim=width // heads, dropout=train and policy.attention_dropout > 0)
 
 
+def _policy(spec, platform: str) -> factory.Precision:
+  """The spec's precision, which must be the one for `platform` (the setup was built for it)."""
+  if spec.platform != platform:
+    raise ValueError(f"the run spec was resolved for {spec.platform}, not {platform}: build the setup for {platform}")
+  return spec.precision
+
+
 def resolve(program: Program, setup, platform: str) -> Program:
   """Records what `program` resolves to on `platform` (attention and loss implementation, dropout bits) in
-  `program.choices`, and sets the XLA options it needs: cuDNN attention with dropout kept out of command buffers."""
-  config = setup.config
-  policy = factory.precision(config, platform)
-  impl, why = attention_choice(config, setup.encoder_config, platform=platform, length=program.length,
+  `program.choices`, and sets the XLA options it needs: cuDNN attention with dropout kept out of command buffers.
+  Reads `setup.spec`, resolved for `platform`."""
+  spec = setup.spec
+  policy = _policy(spec, platform)
+  impl, why = attention_choice(spec, setup.encoder_config, platform=platform, length=program.length,
                                train=program.step == "train")
   dropout = program.step == "train" and policy.attention_dropout > 0
   if impl == "cudnn" and dropout:
     program.options = dict(program.options, xla_gpu_enable_command_buffer=COMMAND_BUFFER_WITHOUT_CUDNN)
-  bert = config.model.encoder == "bert"
-  program.choices = {"attention": impl, "attention_why": why, "loss": factory.loss_implementation(config, platform),
+  bert = spec.encoder == "bert"
+  program.choices = {"attention": impl, "attention_why": why, "loss": spec.loss_implementation,
                      "dropout_bits": policy.dropout_bits if bert else "none (nnx.Dropout)",
-                     "bert_kernels": bert_kernels(config, platform) if bert else "none",
-                     "optimizer_update": optim.resolve_update(config.optimizer, platform),
+                     "bert_kernels": bert_kernels(spec, platform) if bert else "none",
+                     "optimizer_update": optim.resolve_update(spec.optimizer, platform),
                      "xla_options": dict(program.options)}
   return program
 
 
-def bert_kernels(config, platform: str) -> str:
+def bert_kernels(spec, platform: str) -> str:
   """How the BERT train step is written on `platform` (`models.bert.resolve_kernels`)."""
   from gp_jax.models import bert  # pylint: disable=g-import-not-at-top
 
-  return bert.resolve_kernels(bert.BertConfig(kernels=config.model.get("kernels", "auto"), target_platform=platform))
+  return bert.resolve_kernels(bert.BertConfig(kernels=spec.kernels, target_platform=platform))
 
 
 def resolved_record(programs: Sequence[Program], setup, platform: str) -> dict:
   """What a run resolved its `auto` choices to (workdir/resolved.json): precision, and per program its kernels."""
-  policy = factory.precision(setup.config, platform)
+  policy = _policy(setup.spec, platform)
   return {"platform": platform, "dtype": policy.dtype, "attention_dropout": policy.attention_dropout,
-          "dropout_bits": policy.dropout_bits if setup.config.model.encoder == "bert" else "none (nnx.Dropout)",
+          "dropout_bits": policy.dropout_bits if setup.spec.encoder == "bert" else "none (nnx.Dropout)",
           "programs": {p.label: p.choices for p in programs}}
 
 
@@ -369,7 +377,7 @@ def target_setup(config, tokenizer, types, mesh, platform: str, *, encoder_confi
   graphdef, abs_params, _ = nnx.split(nnx.eval_shape(build), nnx.Param, ...)
   abs_params = nnx.to_pure_dict(abs_params)
   rest = jax.jit(lambda: nnx.split(build(), nnx.Param, ...)[2])()  # RNG streams only (XLA drops the init)
-  return state_lib.Setup(config, list(types), tokenizer, mesh, graphdef, rest, abs_params,
+  return state_lib.Setup(factory.run_spec(config, platform), list(types), tokenizer, mesh, graphdef, rest, abs_params,
                          shd.tree_shardings(mesh, abs_params), encoder_config)
 
 
@@ -433,10 +441,10 @@ def char_tokenizer(vocab: int, bigram_vocab: int):
                                  feature_names=("input_ids", "bigram_ids"), pad_values={"input_ids": 0, "bigram_ids": 0})
 
 
-def attention_shape(config, encoder_config: dict | None) -> tuple[int, int]:
-  """(heads, width) of the encoder's self-attention."""
+def attention_shape(spec, encoder_config: dict | None) -> tuple[int, int]:
+  """(heads, width) of the encoder's self-attention (a scratch encoder's width from the run spec)."""
   if encoder_config is not None:
     return encoder_config["num_attention_heads"], encoder_config["hidden_size"]
   from gp_jax.models.scratch import ScratchConfig  # pylint: disable=g-import-not-at-top
 
-  return ScratchConfig.num_heads, config.model.hidden_size
+  return ScratchConfig.num_heads, spec.hidden_size

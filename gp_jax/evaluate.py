@@ -43,7 +43,7 @@ class Evaluator:
     """Hit columns {"window", "start", "end", "type", "score"} over every window of `prepared` (span heads: cells
     with score > threshold)."""
     s = self.setup
-    batches = batching.eval_batches(prepared, batch_size=self.batch_size, buckets=s.config.data.buckets,
+    batches = batching.eval_batches(prepared, batch_size=self.batch_size, buckets=s.spec.buckets,
                                     process_index=jax.process_index(), process_count=jax.process_count())
     self.decoder.name = desc
     return merge.concat_hits([self.decoder(params, shd.global_batch(model_batch(batch), s.mesh), threshold)

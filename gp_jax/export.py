@@ -140,7 +140,7 @@ def export_workdir(workdir, out, *, fmt: str = "stablehlo", platforms=None, hit_
                    batch_size: int = 0, threshold: float | None = None) -> dict:
   """Restores `workdir` (as predict does) and writes the serving folder `out`; returns the manifest. `threshold`:
   the folder's default (None: the workdir's dev-tuned one, else 0)."""
-  from gp_jax import factory, predict  # pylint: disable=g-import-not-at-top
+  from gp_jax import predict  # pylint: disable=g-import-not-at-top
   from gp_jax.errors import UserError  # pylint: disable=g-import-not-at-top
 
   try:
@@ -150,7 +150,7 @@ def export_workdir(workdir, out, *, fmt: str = "stablehlo", platforms=None, hit_
   return export_model(p.setup, p.params, out, fmt=fmt, platforms=platforms, hit_buffer=hit_buffer,
                       batch_size=batch_size, threshold=p.threshold,
                       extra={"step": int(p.step), "source_workdir": os.fspath(workdir),
-                             "compute_dtype": factory.precision(p.config, PORTABLE_POLICY).dtype})
+                             "compute_dtype": p.setup.spec.precision.dtype})
 
 
 def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
@@ -164,14 +164,14 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
   from gp_jax.models.heads import HEADS  # pylint: disable=g-import-not-at-top
   from gp_jax.models.taggers import TAGGERS  # pylint: disable=g-import-not-at-top
 
-  config, tokenizer, types = setup.config, setup.tokenizer, setup.types
-  head = config.model.head
+  spec, tokenizer, types = setup.spec, setup.tokenizer, setup.types
+  head = spec.head
   is_tagger = head in TAGGERS
   if fmt == "onnx" and is_tagger:
     raise ExportError(f"--format=onnx exports span heads only ({', '.join(sorted(HEADS))}); the {head} head decodes "
                       "tags inside the function: use --format=stablehlo")
   if is_tagger:
-    hit_buffer = max(hit_buffer, int(config.data.max_len))  # one window never overflows (see ExportedModel)
+    hit_buffer = max(hit_buffer, spec.max_len)  # one window never overflows (see ExportedModel)
   names = input_names(tokenizer.feature_names)
   params, rest = _one_device(jax.device_get(params)), _one_device(setup.rest)
   fn = forward_fn(setup.graphdef, params, rest, names=names, size=hit_buffer)
@@ -180,7 +180,7 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
   with tempfile.TemporaryDirectory(prefix="gp_jax_export_") as tmp:
     model_path = os.path.join(tmp, MODEL_FILES[fmt])
     if fmt == "stablehlo":
-      exported = export_stablehlo(fn, num_arrays=len(names), platforms=platforms, max_len=int(config.data.max_len))
+      exported = export_stablehlo(fn, num_arrays=len(names), platforms=platforms, max_len=spec.max_len)
       with open(model_path, "wb") as f:
         f.write(exported.serialize())
     else:
@@ -188,7 +188,6 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
     tokenizer.save(os.path.join(tmp, "tokenizer"))
     with open(os.path.join(tmp, "types.json"), "w", encoding="utf-8") as f:
       json.dump(list(types), f, ensure_ascii=False)
-    d = config.data
     int_input = lambda n: {"name": n, "dtype": "int32", "shape": ["B", "L"]}  # noqa: E731
     manifest = {
         "format_version": FORMAT_VERSION,
@@ -201,14 +200,14 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
         "min_length": 2,  # L >= 2 (ExportedModel pads shorter batches)
         "head": head,
         "tagger": is_tagger,
-        "tag_scheme": config.model.tag_scheme if is_tagger else None,
+        "tag_scheme": spec.tag_scheme if is_tagger else None,
         "threshold": None if is_tagger else float(threshold or 0.0),  # the default; callers may pass another
         "num_types": len(types),
-        "max_len": int(d.max_len),
-        "stride": int(d.stride) or None,
-        "max_span_width": int(d.max_span_width) or None,
-        "buckets": [int(b) for b in d.buckets],
-        "batch_size": int(batch_size or config.eval_batch_size),
+        "max_len": spec.max_len,
+        "stride": spec.stride,
+        "max_span_width": spec.max_span_width,
+        "buckets": [int(b) for b in spec.buckets],
+        "batch_size": int(batch_size or spec.eval_batch_size),
         "hit_buffer": int(hit_buffer) if fmt == "stablehlo" else None,
         **(extra or {}),
         "gp_jax_version": _version(),

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from gp_jax import workdir as wd
+from gp_jax.adversarial import Adversarial
 from gp_jax.data import windows
 from gp_jax.data.sources import load_records
 from gp_jax.errors import UserError
@@ -251,3 +252,112 @@ def prepare_data(config, workdir=None):
   elif test_recs:
     log.info("Test split has no labels: skipping test evaluation")
   return splits, tokenizer, types
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSpec:
+  """The `optimizer` group's fields as the config sets them; `optim.make_optimizer` reads it like the group."""
+
+  lr: float
+  head_lr: float
+  warmup_steps: int
+  decay: str
+  weight_decay: float
+  clip_norm: float
+  b1: float
+  b2: float
+  eps: float
+  crf_lr_multiplier: float = 1.0
+  ema_decay: float = 0.0
+  update: str = "auto"
+  ema_warmup: bool = False
+
+  def get(self, name: str, default=None):
+    """The field `name`, else `default` (the ConfigDict's `.get`, so `optim` reads either)."""
+    return getattr(self, name, default)
+
+  @classmethod
+  def from_config(cls, group) -> OptimizerSpec:
+    """Values kept as the config holds them (no casts): the optimizer computes exactly what it did from the group."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    return cls(**{f.name: group.get(f.name, defaults.get(f.name)) for f in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """What training, evaluation, predict and the compiler read of a run, resolved once from its config for one target
+  platform (`run_spec`): the steps and the trainer read these fields, never the ConfigDict, so a setting is
+  resolved (and validated) in one place."""
+
+  precision: Precision
+  encoder: str  # model.encoder: scratch | bert
+  head: str  # model.head: a span head or a tagger
+  tag_scheme: str | None  # taggers: BIO | BIOES; None for span heads
+  num_attn_layers: int  # scratch: self-attention blocks (0: no attention to choose)
+  hidden_size: int  # scratch: encoder width (bert: the encoder config's)
+  kernels: str  # bert: model.kernels as requested
+  loss_kind: str  # loss.kind
+  loss_implementation: str  # loss.implementation resolved for the platform: xla | pallas
+  block_size: int | None  # loss.block_size; None: dense [B, H, L, L] loss and decoding
+  ema_decay: float  # optimizer.ema_decay in [0, 1); 0 = no EMA
+  ema_warmup: bool
+  adversarial: Adversarial | None  # None: the plain step
+  tune_threshold: bool
+  optimizer: OptimizerSpec
+  batch_size: int
+  eval_batch_size: int
+  buckets: tuple | None  # data.buckets; None: one bucket, max_len
+  bucket_run: int
+  max_len: int
+  stride: int | None  # data.stride; None: half a window
+  max_span_width: int | None  # data.max_span_width; None: unlimited
+  checkpoint_every_steps: int
+  keep_checkpoints: int
+  eval_every_steps: int
+  log_every_steps: int
+  steps_per_execution: int  # as set: 0 = auto per platform (`feed.steps_per_execution`)
+  seed: int
+  num_train_steps: int
+  num_epochs: float
+  init_from: str
+
+  @property
+  def platform(self) -> str:
+    return self.precision.platform
+
+
+def ema_decay(config) -> float:
+  """`optimizer.ema_decay`: > 0 keeps state["ema"], the weights evaluation and best/ use; 0 = off."""
+  decay = float(config.optimizer.get("ema_decay", 0.0))
+  if not 0.0 <= decay < 1.0:
+    raise ValueError(f"optimizer.ema_decay must be in [0, 1), got {decay}")
+  return decay
+
+
+def _tuple_or_none(values):
+  return None if values is None else tuple(values)
+
+
+def run_spec(config, platform: str | None = None) -> RunSpec:
+  """The run spec of `config` for the target `platform` (default: this machine's backend): the one place the
+  trainer's, the steps' and the compiler's settings are read from the ConfigDict. Keys an older workdir's
+  config.json lacks take the base config's defaults."""
+  policy = precision(config, platform)
+  m, d = config.model, config.data
+  get = config.get
+  return RunSpec(
+      precision=policy, encoder=m.encoder, head=m.head, tag_scheme=tag_scheme(config),
+      num_attn_layers=int(m.get("num_attn_layers", 0)), hidden_size=int(m.get("hidden_size", 0)),
+      kernels=m.get("kernels", "auto"), loss_kind=config.loss.kind,
+      loss_implementation=loss_implementation(config, policy.platform),
+      block_size=int(config.loss.block_size) or None, ema_decay=ema_decay(config),
+      ema_warmup=bool(config.optimizer.get("ema_warmup", False)), adversarial=Adversarial.from_config(config),
+      tune_threshold=bool(get("tune_threshold", False)), optimizer=OptimizerSpec.from_config(config.optimizer),
+      batch_size=int(get("batch_size", 32)), eval_batch_size=int(get("eval_batch_size", 128)),
+      buckets=_tuple_or_none(d.get("buckets")), bucket_run=int(d.get("bucket_run", 0)), max_len=int(d.max_len),
+      stride=int(d.get("stride", 0)) or None, max_span_width=int(d.get("max_span_width", 0)) or None,
+      checkpoint_every_steps=int(get("checkpoint_every_steps", 500)), keep_checkpoints=int(get("keep_checkpoints", 2)),
+      eval_every_steps=int(get("eval_every_steps", 0)), log_every_steps=int(get("log_every_steps", 100)),
+      steps_per_execution=int(get("steps_per_execution", 1)), seed=int(get("seed", 0)),
+      num_train_steps=int(get("num_train_steps", 0)), num_epochs=float(get("num_epochs", 3.0)),
+      init_from=str(get("init_from", "") or ""))

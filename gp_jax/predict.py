@@ -145,8 +145,9 @@ class Predictor(WindowPredictor):
                                          encoder_config=wd.load_encoder_config(workdir), platform=platform)
     mngr = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(workdir), keep=1)
     self.step, self.params = ckpt_lib.restore_params(mngr, state_lib.abstract_params(self.setup))
-    tagger = factory.tag_scheme(self.config) is not None
-    self.threshold = check_threshold(threshold, head=self.config.model.head, tagger=tagger)
+    spec = self.setup.spec  # what predict reads of the run from here on
+    tagger = spec.tag_scheme is not None
+    self.threshold = check_threshold(threshold, head=spec.head, tagger=tagger)
     if self.threshold is None and not tagger:
       from gp_jax.threshold import tuned_threshold
 
@@ -154,10 +155,10 @@ class Predictor(WindowPredictor):
       if self.threshold is not None:
         logging.info("Threshold %.2f: tuned on dev by training (threshold.json); --threshold overrides it",
                      self.threshold)
-    batch_size = batch_size or self.config.eval_batch_size
+    batch_size = batch_size or spec.eval_batch_size
     self.batch_size = batch_size + -batch_size % mesh.size  # a multiple of the devices
     self.window_options = factory.split_options(self.config)
-    self.buckets = self.config.data.buckets
+    self.buckets = spec.buckets
     self.decoder = HitDecoder(self.setup, batch_size=self.batch_size, name="predict")
     self.compile_ahead()
 
@@ -168,7 +169,7 @@ class Predictor(WindowPredictor):
 
     d = self.decoder
     programs = [aot.eval_program(d.fn(d.size), self.setup, batch=self.batch_size, length=L, hits=d.size)
-                for L in batching.normalize_buckets(self.buckets, self.config.data.max_len)]
+                for L in batching.normalize_buckets(self.buckets, self.setup.spec.max_len)]
     aot.compile_for_run(programs)
     d.adopt(programs)
 

@@ -28,9 +28,10 @@ log = logging.getLogger("gp_jax.train")
 
 @dataclasses.dataclass
 class Setup:
-  """Everything built from a config that training, evaluation and predict share."""
+  """Everything built from a config that training, evaluation and predict share; what they read of the config is
+  `spec` (`factory.RunSpec`, resolved once for the platform the model was built for), never the ConfigDict."""
 
-  config: object
+  spec: factory.RunSpec
   types: list
   tokenizer: object
   mesh: object
@@ -41,23 +42,21 @@ class Setup:
   encoder_config: dict | None = None  # bert: the HF config.json dict (saved into the workdir)
 
   @property
-  def block_size(self):
-    return int(self.config.loss.block_size) or None
+  def block_size(self) -> int | None:
+    return self.spec.block_size
 
   @property
   def ema_decay(self) -> float:
     """`optimizer.ema_decay`: > 0 keeps state["ema"], the weights evaluation and best/ use; 0 = off."""
-    decay = float(self.config.optimizer.get("ema_decay", 0.0))
-    if not 0.0 <= decay < 1.0:
-      raise ValueError(f"optimizer.ema_decay must be in [0, 1), got {decay}")
-    return decay
+    return self.spec.ema_decay
 
 
 def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_config=None, platform=None):
   """Returns (Setup, params). `load_weights=False` skips pretrained weights (they will be restored); `platform`:
   the target the precision policy is resolved for (`factory.precision`; default this machine's backend)."""
   num_types = len(types)
-  seed = int(config.seed)
+  spec = factory.run_spec(config, platform)  # the setup keeps this, not the config
+  seed = spec.seed
   encoder_config = encoder_config or factory.encoder_config(config)
 
   def build(weights):
@@ -74,13 +73,13 @@ def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_con
     _, params, rest = nnx.split(build(False), nnx.Param, ...)
     return nnx.to_pure_dict(params), rest
 
-  if config.model.encoder == "bert" and load_weights:
+  if spec.encoder == "bert" and load_weights:
     # Only the RNG state comes from `create`; weights from disk.
     rest = place(on_host(lambda: create()[1]), rest_shard)
     params = jax.device_put(nnx.to_pure_dict(nnx.state(build(True), nnx.Param)), p_shard)
   else:
     params, rest = place(on_host(create), (p_shard, rest_shard))
-  setup = Setup(config, list(types), tokenizer, mesh, graphdef, rest, abs_params, p_shard, encoder_config)
+  setup = Setup(spec, list(types), tokenizer, mesh, graphdef, rest, abs_params, p_shard, encoder_config)
   return setup, params
 
 
@@ -176,35 +175,35 @@ class Training:
 
 
 def build_training(run, splits, tokenizer, types) -> Training:
-  """Model and optimizer state: resumed from workdir/ckpt, else init_from's parameters, else fresh."""
-  config = run.config
-  mngr = ckpt_lib.make_manager(run.workdir / "ckpt", keep=config.keep_checkpoints)
+  """Model and optimizer state: resumed from workdir/ckpt, else init_from's parameters, else fresh. Builds from
+  `run.config`; everything else it reads is `run.spec`."""
+  spec = run.spec
+  mngr = ckpt_lib.make_manager(run.workdir / "ckpt", keep=spec.keep_checkpoints)
   best_mngr = ckpt_lib.make_manager(run.workdir / "best", keep=1, best=True)
   resuming = mngr.latest_step() is not None
-  setup, params = init_model(config, tokenizer, types, run.mesh, load_weights=not resuming,
+  setup, params = init_model(run.config, tokenizer, types, run.mesh, load_weights=not resuming,
                              encoder_config=wd.load_encoder_config(run.workdir) if resuming else None)
   n_params = param_count(params)
-  log.info("Model: %s encoder + %s head, %d parameters, dtype %s", config.model.encoder, config.model.head, n_params,
-           config.model.dtype)
+  log.info("Model: %s encoder + %s head, %d parameters, dtype %s", spec.encoder, spec.head, n_params,
+           spec.precision.dtype)
   if run.is_main:
     wd.save_run_files(run.workdir, config_json=run.config_json, types=types, tokenizer=tokenizer,
                       encoder_config=setup.encoder_config)
-  train_it = batching.train_batches(splits["train"], batch_size=config.batch_size, buckets=config.data.buckets,
-                                    bucket_run=int(config.data.get("bucket_run", 0)),
-                                    seed=config.seed, process_index=jax.process_index(),
-                                    process_count=jax.process_count(), tag_scheme=factory.tag_scheme(config))
-  total_steps = int(config.num_train_steps) or int(math.ceil(config.num_epochs * train_it.steps_per_epoch))
-  tx, lr_schedule = make_optimizer(config.optimizer, total_steps, params)
-  state = init_train_state(setup, params, tx, seed=config.seed)
+  train_it = batching.train_batches(splits["train"], batch_size=spec.batch_size, buckets=spec.buckets,
+                                    bucket_run=spec.bucket_run, seed=spec.seed, process_index=jax.process_index(),
+                                    process_count=jax.process_count(), tag_scheme=spec.tag_scheme)
+  total_steps = spec.num_train_steps or int(math.ceil(spec.num_epochs * train_it.steps_per_epoch))
+  tx, lr_schedule = make_optimizer(spec.optimizer, total_steps, params)
+  state = init_train_state(setup, params, tx, seed=spec.seed)
   start_step = 0
   restored = ckpt_lib.restore(mngr, abstract_state(setup, tx)) if resuming else None
   if restored is not None:
     start_step, state, data_state = restored
     train_it.set_state(data_state)
     log.info("Resumed from %s at step %d", mngr.directory, start_step)
-  elif config.init_from:
-    src = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(config.init_from), keep=1)
+  elif spec.init_from:
+    src = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(spec.init_from), keep=1)
     src_step, src_params = ckpt_lib.restore_params(src, abstract_params(setup))
-    state = init_train_state(setup, src_params, tx, seed=config.seed)  # ema (if on) starts from them too
+    state = init_train_state(setup, src_params, tx, seed=spec.seed)  # ema (if on) starts from them too
     log.info("Initialised parameters from %s (step %d)", src.directory, src_step)
   return Training(setup, state, tx, lr_schedule, train_it, int(start_step), total_steps, mngr, best_mngr, n_params)

@@ -4,10 +4,11 @@ only place the eval step is (`HitDecoder` wraps it with a growing hit buffer). T
 The step bodies are pure functions of (state, batch) with the model's graph and non-parameter variables
 bound by `functools.partial`; `setup` is a `state.Setup` (graphdef, rest, mesh, shardings).
 
-Two training tricks live in the train step, both read from the config by `make_train_step`:
+Two training tricks live in the train step, both read from the setup's run spec (`factory.RunSpec`) by
+`make_train_step`:
 - EMA (`optimizer.ema_decay` > 0): after the update, state["ema"] <- decay * ema + (1 - decay) * params
   (initialised to the starting parameters, no bias correction, as the public PyTorch `EMA` class).
-- Adversarial training (`adversarial.*`, `Adversarial`): a perturbation r of the word-embedding output
+- Adversarial training (`adversarial.*`, `adversarial.Adversarial`): a perturbation r of the word-embedding output
   (`batch["embed_delta"]`, see `models.ner.NerModel.encode`), the adversarial loss at r added to the clean loss,
   one optimizer update. Norms are L2 over the whole global batch's [B, L, E] tensor (one number per batch).
 """
@@ -24,46 +25,12 @@ import numpy as np
 from flax import nnx
 
 from gp_jax import optim
+from gp_jax.adversarial import ADVERSARIAL_KINDS, Adversarial  # noqa: F401 (steps.Adversarial stays importable)
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax.data import merge
 
 log = logging.getLogger(__name__)
-
-
-ADVERSARIAL_KINDS = ("none", "fgm", "pgd")
-
-
-@dataclasses.dataclass(frozen=True)
-class Adversarial:
-  """Adversarial training on the word-embedding output (config group `adversarial`).
-
-  fgm: r = epsilon * g / ||g||, g the clean loss's gradient w.r.t. the embedding output (Miyato et al. 2017).
-  pgd: r_0 = 0, r_t = Proj(r_{t-1} + alpha * g_{t-1} / ||g_{t-1}||) for t = 1..steps, g_0 the clean gradient and
-       g_t the gradient at r_t; Proj scales r back onto ||r|| <= epsilon when it leaves the ball (Madry et al.
-       2018, the `PGD` class of the public GlobalPointer/BERT competition code: K attack steps, loss at r_K).
-  ||.|| is the L2 norm over the whole batch's embedding output; a zero gradient gives a zero step.
-  The adversarial passes see the clean pass's dropout masks. Costs 2 forward/backward passes (fgm) or
-  steps + 1 (pgd; the steps - 1 inner ones take gradients w.r.t. the embedding output only)."""
-
-  kind: str  # "fgm" | "pgd"
-  epsilon: float  # radius: ||r|| = epsilon (fgm), <= epsilon (pgd)
-  steps: int = 1  # pgd: K
-  alpha: float = 0.0  # pgd: step size
-
-  @classmethod
-  def from_config(cls, config) -> Adversarial | None:
-    """None when off: kind "none" or epsilon 0 (then the step is exactly the plain step)."""
-    adv = config.get("adversarial")
-    if adv is None:
-      return None
-    if adv.kind not in ADVERSARIAL_KINDS:
-      raise ValueError(f"adversarial.kind must be one of {ADVERSARIAL_KINDS}, got {adv.kind!r}")
-    if adv.kind == "none" or float(adv.epsilon) == 0.0:
-      return None
-    if float(adv.epsilon) < 0 or (adv.kind == "pgd" and (int(adv.steps) < 1 or float(adv.alpha) <= 0)):
-      raise ValueError(f"adversarial: epsilon must be >= 0, and pgd needs steps >= 1 and alpha > 0; got {dict(adv)}")
-    return cls(adv.kind, float(adv.epsilon), int(adv.steps), float(adv.alpha))
 
 
 def _l2(x):
@@ -183,8 +150,7 @@ def _train_fn(body, setup, tx, *, loss_kind: str, step_transform=None, donate: b
   state_shard = state_lib.state_shardings(setup, tx)
   fn = functools.partial(body, graphdef=setup.graphdef, rest=setup.rest, tx=tx, loss_kind=loss_kind,
                          block_size=setup.block_size, step_transform=step_transform, ema_decay=setup.ema_decay,
-                         ema_warmup=bool(setup.config.optimizer.get("ema_warmup", False)),
-                         adversarial=Adversarial.from_config(setup.config),
+                         ema_warmup=setup.spec.ema_warmup, adversarial=setup.spec.adversarial,
                          delta_sharding=shd.batch_sharding(setup.mesh, 3))
   return jax.jit(under_mesh(fn, setup.mesh), in_shardings=(state_shard, None),
                  out_shardings=(state_shard, shd.replicated(setup.mesh)), donate_argnums=0 if donate else ())
@@ -193,7 +159,7 @@ def _train_fn(body, setup, tx, *, loss_kind: str, step_transform=None, donate: b
 def make_train_step(setup, tx, *, loss_kind: str, step_transform=None, donate: bool = True):
   """`train_step` jitted with the state's shardings: (state, global batch) -> (state, metrics).
 
-  EMA and adversarial training follow the setup's config (`setup.ema_decay`, `Adversarial.from_config`).
+  EMA and adversarial training follow the setup's run spec (`setup.spec.ema_decay`, `setup.spec.adversarial`).
   The state is donated (its buffers are reused for the new state) unless `donate=False`.
   `step_transform(loss, grads, step) -> (loss, grads)` is traced inside the step, before the update."""
   return _train_fn(train_step, setup, tx, loss_kind=loss_kind, step_transform=step_transform, donate=donate)

@@ -28,7 +28,7 @@ from gp_jax import threshold as threshold_lib
 from gp_jax.configs import base as base_config
 from gp_jax.data import batching
 from gp_jax.evaluate import LENGTH_BUCKETS, Evaluator, flat_result
-from gp_jax.steps import Adversarial, make_train_step, make_train_steps
+from gp_jax.steps import make_train_step, make_train_steps
 
 log = logging.getLogger("gp_jax.train")
 
@@ -50,7 +50,9 @@ class TrainHooks:
 
 @dataclasses.dataclass
 class RunContext:
-  """Where a run writes, and how it is laid out over devices and processes."""
+  """Where a run writes, and how it is laid out over devices and processes; `spec`, the run spec the trainer reads
+  (`factory.run_spec`), is resolved once by `train_and_evaluate` inside its error handling (a config the target
+  cannot run still writes results.json)."""
 
   config: object
   workdir: object  # epath.Path
@@ -59,6 +61,7 @@ class RunContext:
   mirror: storage.LocalMirror | None
   config_json: str
   t_start: float
+  spec: factory.RunSpec | None = None
 
 
 def setup_run(config, workdir) -> RunContext:
@@ -162,16 +165,16 @@ class Calls:
 def compile_ahead(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, fns, groups) -> Calls:
   """Every program the run will execute compiled before its first step, concurrently: the train step for each
   (group size, bucket) the plan holds, the eval step per bucket of dev and test. Returns the train calls."""
-  config = run.config
+  spec = run.spec
   single, multi = fns
   shapes = sorted({(g.size, g.length) for g in groups})
-  train = [aot.train_program(single if n == 1 else multi, ts.setup, ts.tx, batch=config.batch_size, length=L,
+  train = [aot.train_program(single if n == 1 else multi, ts.setup, ts.tx, batch=spec.batch_size, length=L,
                              steps=n) for n, L in shapes]
   eval_splits = [splits[k] for k in ("dev", "test") if k in splits]
-  lengths = aot.eval_lengths(eval_splits, batch_size=config.eval_batch_size, buckets=config.data.buckets)
-  evals = [aot.eval_program(evaluator.decoder.fn(evaluator.decoder.size), ts.setup, batch=config.eval_batch_size,
+  lengths = aot.eval_lengths(eval_splits, batch_size=spec.eval_batch_size, buckets=spec.buckets)
+  evals = [aot.eval_program(evaluator.decoder.fn(evaluator.decoder.size), ts.setup, batch=spec.eval_batch_size,
                             length=L, hits=evaluator.decoder.size) for L in lengths]
-  platform = factory.target_platform()
+  platform = spec.platform  # the target the setup and its spec were resolved for
   for p in train + evals:
     aot.resolve(p, ts.setup, platform)
   if run.is_main:
@@ -216,14 +219,14 @@ class Pace:
 def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, writer, hooks: TrainHooks) -> dict:
   """Steps from ts.start_step to ts.total_steps, in calls of up to k same-bucket steps (`feed`); returns {steps,
   preempted, train_tokens_per_s, ...}."""
-  config, mesh, mngr = run.config, run.mesh, ts.mngr
-  eval_every = int(config.eval_every_steps) or ts.train_it.steps_per_epoch
-  k = feed_lib.steps_per_execution(config.get("steps_per_execution", 1), factory.target_platform())
-  fns = tuple(make(ts.setup, ts.tx, loss_kind=config.loss.kind, step_transform=hooks.step_transform)
+  config, spec, mesh, mngr = run.config, run.spec, run.mesh, ts.mngr
+  eval_every = spec.eval_every_steps or ts.train_it.steps_per_epoch
+  k = feed_lib.steps_per_execution(spec.steps_per_execution, spec.platform)
+  fns = tuple(make(ts.setup, ts.tx, loss_kind=spec.loss_kind, step_transform=hooks.step_transform)
               for make in (make_train_step, make_train_steps))
   log.info("Training %d steps (%d per epoch, global batch %d), eval every %d, checkpoint every %d, up to %d steps "
-           "per call", ts.total_steps, ts.train_it.steps_per_epoch, config.batch_size, eval_every,
-           config.checkpoint_every_steps, k)
+           "per call", ts.total_steps, ts.train_it.steps_per_epoch, spec.batch_size, eval_every,
+           spec.checkpoint_every_steps, k)
   best_step = ts.best_mngr.best_step()
   best_f1 = float(ts.best_mngr.metrics(best_step)["dev_f1"]) if best_step is not None else -1.0
   patience = EarlyStop(config.get("early_stop_patience", 0), ts.train_it.steps_per_epoch, best_step)
@@ -232,7 +235,7 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
     from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
 
     bar = tqdm(total=ts.total_steps, initial=ts.start_step, desc="train", dynamic_ncols=True)
-  steps = reporting.StepLog(ts, writer, int(config.log_every_steps), bar,
+  steps = reporting.StepLog(ts, writer, spec.log_every_steps, bar,
                            check=lambda step, metrics: check_finite(step, metrics, ts.mngr))
   state = ts.state
   pace = Pace()
@@ -245,7 +248,7 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
   preempted = stopped_early = False
   first = ts.total_steps if patience.exhausted(ts.start_step) else ts.start_step  # a resumed run that had stopped
   groups = feed_lib.plan(ts.train_it.upcoming_lengths(ts.total_steps - first), start=first, k=k,
-                         every=(eval_every, int(config.checkpoint_every_steps), ts.train_it.steps_per_epoch),
+                         every=(eval_every, spec.checkpoint_every_steps, ts.train_it.steps_per_epoch),
                          total=ts.total_steps)
   calls = compile_ahead(run, ts, splits, evaluator, fns, groups)
   batches = feed_lib.Feed(ts.train_it, groups, mesh)
@@ -280,7 +283,7 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
                        done, done / ts.train_it.steps_per_epoch, patience.epochs, patience.best_step)
               last = stopped_early = True
           writer.sync()
-        if done % config.checkpoint_every_steps == 0 or last:
+        if done % spec.checkpoint_every_steps == 0 or last:
           check_finite(done, metrics, mngr)
           save(done)
           pace.interrupted()
@@ -333,7 +336,7 @@ def final_evaluation(run: RunContext, ts: state_lib.Training, splits, evaluator:
       writer.write(steps, f"final_{split}", flat_result(result))
       log.info("final %s (best checkpoint): P %.4f R %.4f F1 %.4f", split, result["precision"], result["recall"],
                result["f1"])
-  if run.config.get("tune_threshold", False):
+  if run.spec.tune_threshold:
     out.update(tune_threshold(run, ts, splits, evaluator, params, best_step, out))
   return out
 
@@ -342,8 +345,8 @@ def tune_threshold(run: RunContext, ts: state_lib.Training, splits, evaluator: E
                    at_zero: dict) -> dict:
   """Span heads: the dev-best threshold of `threshold.GRID` on the best parameters, applied to test; saved to
   workdir/threshold.json. Returns {"threshold": {...}, "dev_tuned", "test_tuned"} for results.json."""
-  if factory.tag_scheme(run.config) or "dev" not in splits:
-    why = "tagger heads decode tags, not scores" if factory.tag_scheme(run.config) else "there is no dev split"
+  if run.spec.tag_scheme or "dev" not in splits:
+    why = "tagger heads decode tags, not scores" if run.spec.tag_scheme else "there is no dev split"
     log.info("tune_threshold does not apply: %s", why)
     return {"threshold": {"applies": False, "why": why}}
   f1s = threshold_lib.scan(evaluator, params, splits["dev"])
@@ -414,20 +417,21 @@ def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> d
       # Every process has read (or built) the tokenizer before process 0 (re)writes it into the workdir.
       multihost_utils.sync_global_devices("gp_jax.train: data prepared")
     # State.
+    run = dataclasses.replace(run, spec=factory.run_spec(config))  # what the trainer reads from here on
     ts = state_lib.build_training(run, splits, tokenizer, types)
     summary["parameters"] = ts.n_params
     summary["head_kind"] = "tagger" if factory.tag_scheme(config) else "span"
     summary["length_buckets"] = [label for label, *_ in LENGTH_BUCKETS]
     summary["ema_decay"] = ts.setup.ema_decay
     summary["eval_weights"] = "ema" if ts.setup.ema_decay else "params"
-    adversarial = Adversarial.from_config(config)
+    adversarial = run.spec.adversarial
     summary["adversarial"] = dataclasses.asdict(adversarial) if adversarial else None
     if ts.setup.ema_decay:
       log.info("EMA of the parameters (decay %g): dev/test evaluation and best/ use the EMA weights",
                ts.setup.ema_decay)
     if adversarial:
       log.info("Adversarial training: %s", adversarial)
-    evaluator = Evaluator(ts.setup, batch_size=config.eval_batch_size, progress=run.is_main)
+    evaluator = Evaluator(ts.setup, batch_size=run.spec.eval_batch_size, progress=run.is_main)
     # Loop.
     summary.update(train_loop(run, ts, splits, evaluator, writer, hooks))
     summary["dev_history"] = dev_history(run, ts.train_it.steps_per_epoch)

@@ -20,7 +20,7 @@ import jax
 from etils import epath
 from huggingface_hub import hf_hub_download
 
-from gp_jax import aot, factory
+from gp_jax import aot
 from gp_jax import sharding as shd
 from gp_jax import steps as steps_lib
 from gp_jax.data import batching, corpora, sources
@@ -362,11 +362,11 @@ class Compiler:
     config, mesh, platform = built.config, built.mesh, self.slice.platform
     job = Job(point, step, length, config.batch_size if step == "train" else config.eval_batch_size)
     try:
-      policy = factory.precision(config, platform)
-      attention = attention_choice(config, built.encoder_config, length=length, train=step == "train",
+      spec = built.setups[None].spec  # resolved for this slice's platform
+      attention = attention_choice(spec, built.encoder_config, length=length, train=step == "train",
                                    platform=platform)
-      job.labels = (f"data:{mesh.shape['data']} x fsdp:{mesh.shape['fsdp']}, {policy.dtype}, attention {attention}, "
-                    f"loss {factory.loss_implementation(config, platform)}")
+      job.labels = (f"data:{mesh.shape['data']} x fsdp:{mesh.shape['fsdp']}, {spec.precision.dtype}, attention "
+                    f"{attention}, loss {spec.loss_implementation}")
       with pallas_zlpr.tpu_target(self.generation):
         job.program, _, without_cudnn = aot.lower_or_xla_attention(
             lambda s: lower_step(step, s, platform, batch=job.batch, length=length), lambda a: self._setup(built, a),
@@ -396,10 +396,10 @@ def pallas_generation(devices) -> str | None:
   return pallas_zlpr.tpu_generation(devices[0].device_kind)
 
 
-def attention_choice(config, encoder_config: dict | None, *, length: int, train: bool, platform: str = "tpu") -> str:
+def attention_choice(spec, encoder_config: dict | None, *, length: int, train: bool, platform: str = "tpu") -> str:
   """The self-attention the step holds on `platform` (`aot.attention_choice`): splash or cudnn, or xla and why; none
   for a scratch encoder without attention blocks."""
-  impl, why = aot.attention_choice(config, encoder_config, platform=platform, length=length, train=train)
+  impl, why = aot.attention_choice(spec, encoder_config, platform=platform, length=length, train=train)
   return impl + (f" ({why})" if why else "")
 
 
@@ -408,8 +408,8 @@ def lower_step(step: str, setup, platform: str, *, batch: int, length: int):
   `aot.Program` with the XLA options a run on `platform` gives it (`aot.resolve`), lowered for the abstract state
   and batch; a lowering error is raised."""
   if step == "train":
-    tx, _ = make_optimizer(setup.config.optimizer, TOTAL_STEPS, setup.abstract_params)
-    fn = steps_lib.make_train_step(setup, tx, loss_kind=setup.config.loss.kind)
+    tx, _ = make_optimizer(setup.spec.optimizer, TOTAL_STEPS, setup.abstract_params)
+    fn = steps_lib.make_train_step(setup, tx, loss_kind=setup.spec.loss_kind)
     program = aot.train_program(fn, setup, tx, batch=batch, length=length)
   else:
     hits = max(64, 32 * batch)

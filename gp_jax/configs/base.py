@@ -103,7 +103,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.optimizer.update = "auto"  # how the step applies AdamW: auto (fused on GPU, optax elsewhere), fused or optax (same state)
   c.optimizer.ema_warmup = False  # EMA decay min(ema_decay, (1+t)/(10+t)) at update t (TF's num_updates form)
 
-  c.adversarial = ml_collections.ConfigDict()  # perturbation of the word-embedding output (gp_jax/steps.py `Adversarial`)
+  c.adversarial = ml_collections.ConfigDict()  # perturbation of the word-embedding output (`gp_jax.adversarial`)
   c.adversarial.kind = "none"  # 'none', 'fgm' (r = epsilon*g/||g||) or 'pgd' (steps projected steps); loss = clean + adversarial
   c.adversarial.epsilon = 1.0  # radius of r, L2 over the batch's embedding output (0 = off: the plain step)
   c.adversarial.steps = 3  # pgd: attack steps K

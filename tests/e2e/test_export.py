@@ -109,7 +109,8 @@ def test_export_resolves_the_portable_policy_on_any_host(trained, tmp_path, monk
 
   workdir, _, _ = trained
   monkeypatch.setattr(factory, "target_platform", lambda platform=None: platform or "tpu")
-  assert predict.Predictor(workdir).setup.config.model.dtype == "auto"
+  p = predict.Predictor(workdir)
+  assert p.config.model.dtype == "auto" and p.setup.spec.precision.dtype == "bfloat16"
   assert factory.precision(predict.Predictor(workdir).config).dtype == "bfloat16"
   built = []
   real_build = factory.build_model

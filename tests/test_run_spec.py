@@ -1,0 +1,76 @@
+"""The run spec (`factory.RunSpec`): resolved once from the config; the setup carries it, not the ConfigDict."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pathlib
+
+import pytest
+
+from gp_jax import factory
+from gp_jax import optim
+from gp_jax import sharding as shd
+from gp_jax import state as state_lib
+from gp_jax import steps
+from tests import helpers_train as ht
+
+GP_JAX = pathlib.Path(__file__).resolve().parents[1] / "gp_jax"
+SPEC_READERS = ("state.py", "steps.py", "evaluate.py")
+
+
+def _config_reads(tree: ast.AST) -> list[str]:
+  """`config.x` and `y.config.x` reads: an attribute taken of something named `config`."""
+  out = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Attribute):
+      base = node.value
+      named = (isinstance(base, ast.Name) and base.id == "config") or (isinstance(base, ast.Attribute)
+                                                                      and base.attr == "config")
+      if named:
+        out.append(f"line {node.lineno}: {ast.unparse(node)}")
+  return out
+
+
+@pytest.mark.parametrize("name", SPEC_READERS)
+def test_spec_readers_never_read_a_config(name):
+  """`state`, `steps` and `evaluate` read `setup.spec` / `run.spec`; the config only passes through to `factory`."""
+  tree = ast.parse((GP_JAX / name).read_text(encoding="utf-8"))
+  assert _config_reads(tree) == []
+  imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+  imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+  assert not any(m.split(".")[0] == "ml_collections" for m in imported)
+
+
+def test_the_check_finds_config_reads():
+  assert sorted(_config_reads(ast.parse("a = setup.config.loss.kind\nb = config.seed\nc = run.config"))) == [
+      "line 1: setup.config.loss", "line 2: config.seed"]
+
+
+def test_setup_carries_the_spec_not_the_config():
+  config = ht.tiny_config(**{"optimizer.ema_decay": 0.5, "optimizer.ema_warmup": True, "loss.block_size": 8,
+                             "adversarial.kind": "fgm", "adversarial.epsilon": 0.5})
+  tokenizer, types, _ = ht.train_batches(config, 1)
+  setup, _ = state_lib.init_model(config, tokenizer, types, shd.make_mesh(-1, 1))
+  assert not hasattr(setup, "config")
+  assert setup.spec == factory.run_spec(config)
+  assert (setup.block_size, setup.ema_decay, setup.spec.ema_warmup) == (8, 0.5, True)
+  assert setup.spec.adversarial == steps.Adversarial("fgm", 0.5, 3, 0.3)
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    setup.spec.seed = 1  # type: ignore[misc]
+
+
+def test_optimizer_spec_reads_like_the_group():
+  config = ht.tiny_config(**{"optimizer.update": "optax"})
+  spec = factory.OptimizerSpec.from_config(config.optimizer)
+  for name in ("lr", "head_lr", "warmup_steps", "decay", "weight_decay", "clip_norm", "b1", "b2", "eps", "update"):
+    assert spec.get(name) == config.optimizer[name] == getattr(spec, name)
+  assert spec.get("absent", 7) == 7
+  assert optim.resolve_update(spec, "cpu") == optim.resolve_update(config.optimizer, "cpu")
+
+
+def test_spec_is_resolved_for_the_target_platform():
+  config = ht.tiny_config(**{"model.dtype": "auto"})
+  assert factory.run_spec(config, "cpu").precision.dtype == "float32"
+  tpu = factory.run_spec(config, "tpu")
+  assert (tpu.platform, tpu.precision.dtype) == ("tpu", "bfloat16")
