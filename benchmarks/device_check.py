@@ -382,9 +382,9 @@ def write_fake_bert(folder: pathlib.Path, texts, *, hf: dict, lowercase: bool, w
   return dict(spec, reused=False)
 
 
-def _run_logged(name: str, cmd: list[str], *, env: dict, timeout: float, scratch: pathlib.Path) -> tuple:
-  """(exit code or None on timeout, seconds, output): `cmd` from the repo root, its output also in the stage's log."""
-  log_path = scratch / f"{name}.out"
+def _run_logged(name: str, cmd: list[str], *, env: dict, timeout: float, log_path: pathlib.Path) -> tuple:
+  """(exit code or None on timeout, seconds, output): `cmd` from the repo root, its output in `log_path` and also in
+  the stage's log."""
   t0 = time.time()
   with open(log_path, "w") as f:
     proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
@@ -465,7 +465,7 @@ def stage_trainer(rec: Recorder, ctx: dict) -> None:
       cmd = [sys.executable, str(pathlib.Path(args.anchor).resolve()), str(data_root / s["corpus"]), str(fake),
              str(ANCHOR_EPOCHS), "eager"]
       rec.update("runs", name, {"status": "running", "command": " ".join(cmd)})
-      rc, seconds, text = _run_logged(name, cmd, env=env, timeout=left, scratch=scratch)
+      rc, seconds, text = _run_logged(name, cmd, env=env, timeout=left, log_path=scratch / f"{name}.out")
       rec.update("runs", name, {"status": _run_status(rc), "command": " ".join(cmd), "rc": rc,
                                 "wall_s": round(seconds, 1), **parse_anchor_log(text),
                                 **({"log_tail": text[-3000:]} if rc != 0 else {})})
@@ -480,7 +480,7 @@ def stage_trainer(rec: Recorder, ctx: dict) -> None:
     cmd = [sys.executable, "-m", "gp_jax.main", f"--config={s['config']}", f"--workdir={workdir}",
            f"--config.model.pretrained={fake}", f"--config.compilation_cache={cache}", *s["overrides"], *extra[name]]
     rec.update("runs", name, {"status": "running", "command": " ".join(cmd)})
-    rc, seconds, text = _run_logged(name, cmd, env=env, timeout=left, scratch=scratch)
+    rc, seconds, text = _run_logged(name, cmd, env=env, timeout=left, log_path=scratch / f"{name}.out")
     parsed = parse_trainer_log(text)
     results_path = workdir / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
@@ -923,18 +923,7 @@ def run_variant(args, key: str, v: StepVariant, timeout: float) -> dict:
   env = dict(os.environ, **{k: x for k, x in v.env.items() if k != "XLA_FLAGS"})
   if "XLA_FLAGS" in v.env:
     env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {v.env['XLA_FLAGS']}".strip()
-  t0 = time.time()
-  with open(log_path, "w") as f:
-    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-    try:
-      rc = proc.wait(timeout=max(1.0, timeout))
-    except subprocess.TimeoutExpired:
-      proc.kill()
-      proc.wait()
-      rc = None
-  seconds = time.time() - t0
-  text = log_path.read_text(errors="replace")
-  print(f"----- variant {key} (exit {rc}, {seconds:.1f} s) -----\n{text}\n----- end variant {key} -----", flush=True)
+  rc, seconds, text = _run_logged(f"variant {key}", cmd, env=env, timeout=timeout, log_path=log_path)
   row = json.loads(part.read_text()) if part.exists() else {}
   for path in (part, part.with_suffix(".tmp"), log_path):
     path.unlink(missing_ok=True)

@@ -24,12 +24,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from gp_jax import factory, optim
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
+from gp_jax import steps as steps_lib
+from gp_jax.steps import Dispatch  # noqa: F401  the dispatcher of the programs built here
 
 log = logging.getLogger("gp_jax.aot")
 
@@ -92,9 +93,13 @@ class Program:
   error: BaseException | None = None
 
   @property
+  def shape(self) -> tuple:
+    """([steps,] rows, length) of its batch argument: the key `steps.Dispatch` finds it by."""
+    return ((self.steps,) if self.steps > 1 else ()) + (self.batch, self.length)
+
+  @property
   def label(self) -> str:
-    return (f"{self.step} L{self.length} B{self.batch}" + (f" x{self.steps}" if self.steps > 1 else "")
-            + (f" hits {self.hits}" if self.hits else ""))
+    return steps_lib.shape_label(self.step, self.shape, self.hits)
 
   def line(self) -> str:
     if self.error is not None:
@@ -311,40 +316,6 @@ def compile_for_run(programs: Sequence[Program]) -> Report:
     if p.error is not None:
       raise p.error
   return report
-
-
-class Dispatch:
-  """Calls the executable compiled ahead for the arguments' shapes; anything else goes to the jitted function
-  (compiled on first use, logged once per shape)."""
-
-  def __init__(self, fn, key: Callable, name: str):
-    self.fn, self.key, self.name = fn, key, name
-    self.table: dict = {}
-    self.late: set = set()
-
-  def adopt(self, programs: Iterable[Program]) -> None:
-    for p in programs:
-      if p.compiled is not None:
-        self.table[self.key_of(p)] = p.compiled
-
-  @staticmethod
-  def key_of(p: Program) -> tuple:
-    return ((p.steps,) if p.steps > 1 else ()) + (p.batch, p.length)
-
-  def __call__(self, *args):
-    k = self.key(*args)
-    compiled = self.table.get(k)
-    if compiled is not None:
-      return compiled(*args)
-    if self.table and k not in self.late:
-      self.late.add(k)
-      log.info("%s %s: not compiled ahead; compiling on first use", self.name, k)
-    return self.fn(*args)
-
-
-def batch_key(_, batch, *rest) -> tuple:
-  """([steps,] global rows, length) of a step's batch argument."""
-  return tuple(batch["attention_mask"].shape)
 
 
 # ----------------------------------------------------------------------------- a run's programs

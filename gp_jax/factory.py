@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from gp_jax import runtime
 from gp_jax import workdir as wd
 from gp_jax.adversarial import Adversarial
 from gp_jax.data import windows
@@ -74,22 +74,15 @@ def attention_dropout(config) -> float:
   return float(config.model.dropout) if config.model.encoder == "bert" else 0.0
 
 
-DROPOUT_BITS = ("auto", "hash", "threefry")
-DROPOUT_BITS_ENV = "GP_JAX_DROPOUT_BITS"
+DROPOUT_BITS_ENV = runtime.DROPOUT_BITS_ENV
 
 
 def resolve_dropout_bits(name: str, platform: str) -> str:
-  """`model.dropout_bits` for the target: $GP_JAX_DROPOUT_BITS when set overrides; "auto" is hash on cpu and cuda
-  (XLA fuses the integer hash into the ops around it instead of running threefry kernels; docs/design.md, "Process
-  settings"), threefry on tpu."""
-  env = os.environ.get(DROPOUT_BITS_ENV, "").strip().lower()
-  choice = env if env and env != "auto" else str(name).strip().lower()
-  if choice not in DROPOUT_BITS:
-    raise UserError(f"model.dropout_bits (or {DROPOUT_BITS_ENV}) must be one of {', '.join(DROPOUT_BITS)}; got "
-                    f"{choice!r}")
-  if choice != "auto":
-    return choice
-  return "hash" if platform in ("cpu", "cuda", "rocm") else "threefry"
+  """`model.dropout_bits` for the target (`runtime.resolve_dropout_bits`); a bad value is the user's error."""
+  try:
+    return runtime.resolve_dropout_bits(name, platform)
+  except ValueError as e:
+    raise UserError(str(e)) from None
 
 
 def precision(config, platform: str | None = None) -> Precision:

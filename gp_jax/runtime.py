@@ -100,19 +100,28 @@ def configure_threefry() -> str:
 
 
 DROPOUT_BITS = ("auto", "hash", "threefry")
+DROPOUT_BITS_ENV = "GP_JAX_DROPOUT_BITS"
+
+
+def resolve_dropout_bits(name: str, platform: str) -> str:
+  """"hash" or "threefry" for a program compiled for `platform`: $GP_JAX_DROPOUT_BITS when set overrides `name`
+  (`model.dropout_bits`); "auto" is threefry on tpu, hash elsewhere (XLA fuses the integer hash into the ops around
+  it instead of running threefry kernels; docs/design.md, "Process settings"). ValueError naming the source of a bad
+  value."""
+  env = os.environ.get(DROPOUT_BITS_ENV, "").strip().lower()
+  source, choice = (DROPOUT_BITS_ENV, env) if env and env != "auto" else ("model.dropout_bits", str(name).strip().lower())
+  if choice not in DROPOUT_BITS:
+    raise ValueError(f"{source} must be one of {', '.join(DROPOUT_BITS)}; got {choice!r}")
+  if choice != "auto":
+    return choice
+  return "threefry" if platform == "tpu" else "hash"
 
 
 def dropout_bits() -> str:
-  """"hash" or "threefry" for a model built without the config (`model.dropout_bits` resolves per target in
-  `factory.resolve_dropout_bits`): GP_JAX_DROPOUT_BITS, or for auto threefry on TPU, hash elsewhere."""
-  choice = os.environ.get("GP_JAX_DROPOUT_BITS", "auto").strip().lower() or "auto"
-  if choice not in DROPOUT_BITS:
-    raise ValueError(f"GP_JAX_DROPOUT_BITS must be one of {', '.join(DROPOUT_BITS)}; got {choice!r}")
-  if choice != "auto":
-    return choice
+  """`resolve_dropout_bits` for a model built without the config, on this machine's backend (at trace time)."""
   import jax  # pylint: disable=g-import-not-at-top
 
-  return "threefry" if jax.default_backend() == "tpu" else "hash"
+  return resolve_dropout_bits("auto", jax.default_backend())
 
 
 def configure_platforms() -> str | None:

@@ -15,7 +15,6 @@ Two training tricks live in the train step, both read from the setup's run spec 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 
@@ -189,6 +188,41 @@ def make_eval_step(setup, *, size: int):
   return jax.jit(under_mesh(fn, setup.mesh), out_shardings=repl)
 
 
+def shape_label(step: str, shape: tuple, hits: int = 0) -> str:
+  """How the log names a program: "train L64 B16", "train L64 B16 x4" (4 steps a call), "eval L64 B32 hits 2048"."""
+  *k, B, L = shape
+  return f"{step} L{L} B{B}" + (f" x{k[0]}" if k else "") + (f" hits {hits}" if hits else "")
+
+
+class Dispatch:
+  """Calls the executable compiled ahead (`aot`) for the batch argument's shape; another shape goes to the jitted
+  function `fn` (compiled on first use, logged once per shape when programs were compiled ahead)."""
+
+  def __init__(self, fn, step: str, *, hits: int = 0, name: str = ""):
+    self.fn, self.step, self.hits, self.name = fn, step, hits, name or step
+    self.table: dict = {}  # ([steps,] rows, length) -> executable
+    self.expect_ahead = False
+    self._late: set = set()
+
+  def adopt(self, programs) -> None:
+    """Programs compiled ahead (`aot.Program`), used from now on."""
+    for p in programs:
+      if p.compiled is not None:
+        self.table[p.shape] = p.compiled
+        self.expect_ahead = True
+
+  def __call__(self, *args):
+    shape = tuple(args[1]["attention_mask"].shape)
+    compiled = self.table.get(shape)
+    if compiled is not None:
+      return compiled(*args)
+    if self.expect_ahead and shape not in self._late:
+      self._late.add(shape)
+      log.info("%s: %s not compiled ahead; compiling on first use", self.name, shape_label(self.step, shape,
+                                                                                          self.hits))
+    return self.fn(*args)
+
+
 class HitDecoder:
   """Every hit of a batch, whatever their number: the eval step with a hit buffer that grows (powers of two, so
   few compiles) when a batch has more hits than it holds. Programs compiled ahead (`aot`) are used where one
@@ -197,32 +231,31 @@ class HitDecoder:
   def __init__(self, setup, *, batch_size: int, name: str = "eval"):
     self.setup, self.name = setup, name
     self.size = max(64, batch_size * 32)
-    self._fns = {}
-    self.ahead = {}  # (hit buffer, rows, length) -> executable compiled ahead
-    self._late = set()
+    self._calls: dict[int, Dispatch] = {}  # hit buffer -> its eval step
+    self._adopted = False
+
+  def _call(self, size: int) -> Dispatch:
+    if size not in self._calls:
+      self._calls[size] = Dispatch(make_eval_step(self.setup, size=size), "eval", hits=size)
+      self._calls[size].expect_ahead = self._adopted
+    return self._calls[size]
 
   def fn(self, size: int):
     """The jitted eval step at a hit buffer of `size`."""
-    if size not in self._fns:
-      self._fns[size] = make_eval_step(self.setup, size=size)
-    return self._fns[size]
+    return self._call(size).fn
 
   def adopt(self, programs) -> None:
     """Eval programs compiled ahead (`aot.eval_program`), used from now on."""
     for p in programs:
-      if p.compiled is not None:
-        self.ahead[(p.hits, p.batch, p.length)] = p.compiled
+      self._call(p.hits).adopt([p])
+    self._adopted = True
+    for call in self._calls.values():
+      call.expect_ahead = True
 
   def _run(self, size: int, params, global_batch, thr):
-    key = (size,) + tuple(global_batch["attention_mask"].shape)
-    compiled = self.ahead.get(key)
-    if compiled is not None:
-      return compiled(params, global_batch, thr)
-    if self.ahead and key not in self._late:
-      self._late.add(key)
-      log.info("%s: eval L%d B%d hits %d not compiled ahead; compiling on first use", self.name, key[2], key[1],
-               size)
-    return self.fn(size)(params, global_batch, thr)
+    call = self._call(size)
+    call.name = self.name
+    return call(params, global_batch, thr)
 
   def __call__(self, params, global_batch, threshold: float = 0.0) -> dict[str, np.ndarray]:
     """Window hit columns {"window", "start", "end", "type", "score"} (`merge.batch_hits`) of the global batch."""

@@ -184,7 +184,7 @@ def compile_ahead(run: RunContext, ts: state_lib.Training, splits, evaluator: Ev
              "; ".join(f"{label}: attention {c['attention']}, loss {c['loss']}" for label, c in
                        record["programs"].items()))
   aot.compile_for_run(train + evals)
-  calls = Calls(aot.Dispatch(single, aot.batch_key, "train"), aot.Dispatch(multi, aot.batch_key, "train steps"))
+  calls = Calls(aot.Dispatch(single, "train"), aot.Dispatch(multi, "train"))
   calls.single.adopt([p for p in train if p.steps == 1])
   calls.multi.adopt([p for p in train if p.steps > 1])
   evaluator.decoder.adopt(evals)

@@ -88,12 +88,12 @@ def test_dispatch_calls_the_compiled_program_and_logs_a_late_shape_once(caplog):
   state = jax.ShapeDtypeStruct((), jnp.int32)
   p = aot.Program("train", 8, 2, step, (state, {"attention_mask": jax.ShapeDtypeStruct((2, 8), jnp.int32)}))
   aot.compile_all([p], threads=1)
-  dispatch = aot.Dispatch(step, aot.batch_key, "train")
+  dispatch = aot.Dispatch(step, "train")
   dispatch.adopt([p])
   traced.clear()
   out, _ = dispatch(jnp.int32(1), {"attention_mask": np.ones((2, 8), np.int32)})
   assert int(out) == 17 and traced == []  # the executable compiled ahead ran; nothing was traced again
-  with caplog.at_level(logging.INFO, logger="gp_jax.aot"):
+  with caplog.at_level(logging.INFO, logger="gp_jax.steps"):
     for _ in range(2):
       out, _ = dispatch(jnp.int32(0), {"attention_mask": np.ones((2, 4), np.int32)})
   assert int(out) == 8 and caplog.text.count("not compiled ahead") == 1

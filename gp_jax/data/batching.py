@@ -234,14 +234,7 @@ class BatchIterator(Iterator[dict[str, Any]]):
 
   def lengths_ahead(self, steps: int) -> list[int]:
     """The bucket lengths of the next `steps` batches, from the current position (the programs a run needs)."""
-    out, epoch, index = set(), self._epoch, self._index
-    while steps > 0:
-      if index >= self.steps_per_epoch:
-        epoch, index = epoch + 1, 0
-      rows = self.epoch_batches(epoch)[index:index + steps]
-      out.update(self._assemble.buckets_of(rows).tolist())
-      steps, index = steps - rows.shape[0], index + rows.shape[0]
-    return sorted(out)
+    return sorted(set(self.upcoming_lengths(steps).tolist()))
 
   def filler(self, length: int) -> dict[str, Any]:
     """`_Assembler.filler`: a batch's structure at bucket `length`."""

@@ -12,8 +12,9 @@ drawn from one of two bit sources:
 - "threefry": `jax.random.bits` (JAX's PRNG, whatever implementation the key has), 16 bits per draw.
   Drop probability round(rate * 2^16) / 2^16 (0.1 -> 0.100006).
 
-`runtime.dropout_bits()` picks one at trace time: GP_JAX_DROPOUT_BITS=hash|threefry, or auto (the default):
-hash on CPU, threefry on other backends. Arrays of 2^32 elements or more always use threefry.
+The BERT encoder passes `model.dropout_bits` as resolved for its target (`runtime.resolve_dropout_bits`: threefry on
+TPU, hash elsewhere, GP_JAX_DROPOUT_BITS overriding); without it `runtime.dropout_bits()` resolves at trace time.
+Arrays of 2^32 elements or more always use threefry.
 """
 
 from __future__ import annotations
