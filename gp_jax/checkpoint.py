@@ -6,7 +6,7 @@ Layout under a workdir (local or gs://):
   best/<step>/   one checkpoint of parameters only (params, config): the best by dev F1, or the
                  final parameters when there is no dev split. Evaluation, predict and init_from read it.
 
-Resume order (`train.py`): a checkpoint in workdir/ckpt, then `config.init_from` (params only),
+Resume order (`resume.py`): a checkpoint in workdir/ckpt, then `config.init_from` (params only),
 then a fresh init.
 
 gs:// requests that fail transiently (429, 5xx, dropped connections) are retried by tensorstore (arrays) and
@@ -20,9 +20,12 @@ import logging
 import os
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+import tensorstore as ts
 
 from gp_jax import storage
+from gp_jax.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +42,15 @@ def configure_gcs_retries() -> dict | None:
   spec = os.environ.get(RETRIES_ENV, "")
   if not spec or spec == _retries_set:
     return json.loads(spec) if spec else None
-  import tensorstore as ts  # pylint: disable=g-import-not-at-top
-
-  from gp_jax.errors import UserError  # pylint: disable=g-import-not-at-top
-
   try:
     retries = json.loads(spec)
     ts.Context({"gcs_request_retries": retries})  # validates
   except ValueError as e:
     raise UserError(f"{RETRIES_ENV}={spec!r}: {e}") from e
-  from orbax.checkpoint._src.serialization import tensorstore_utils  # pylint: disable=g-import-not-at-top
-
+  try:  # Orbax's private module: the only place its default tensorstore contexts live
+    from orbax.checkpoint._src.serialization import tensorstore_utils  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    tensorstore_utils = None
   defaults = [getattr(tensorstore_utils, n, None) for n in ("_BASE_TS_CONTEXT", "_DEFAULT_OCDBT_TS_CONTEXT")]
   if not all(isinstance(d, dict) for d in defaults):
     log.warning("%s ignored: this Orbax builds its tensorstore contexts differently", RETRIES_ENV)
@@ -160,8 +161,6 @@ def restore_numpy(workdir, *, sub: str = "ckpt", step: int | None = None):
   """(step, tree of numpy arrays) of workdir/<sub> (latest step by default), read onto one device whatever mesh
   or number of processes wrote it: the train state from ckpt/, the parameters from best/. None when there is
   no checkpoint. For comparing runs (tests, benchmarks.chaos), not for resuming."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-
   mngr = make_manager(storage.path(workdir) / sub, keep=100)
   try:
     step = mngr.latest_step() if step is None else step

@@ -14,15 +14,18 @@ import jax.numpy as jnp
 from flax import nnx
 
 from gp_jax import runtime
-from gp_jax import workdir as wd
 from gp_jax.adversarial import Adversarial
-from gp_jax.data import windows
+from gp_jax.data import batching, windows
+from gp_jax.data.char_tokenizer import CharTokenizer
 from gp_jax.data.sources import load_records
+from gp_jax.data.tokenize import HFTokenizer
 from gp_jax.errors import UserError
+from gp_jax.models import bert, pretrained
 from gp_jax.models.heads import HEADS
 from gp_jax.models.ner import NerModel
-from gp_jax.ops import blockwise
+from gp_jax.models.scratch import ScratchConfig, ScratchEncoder
 from gp_jax.models.taggers import TAGGERS
+from gp_jax.ops import blockwise
 
 log = logging.getLogger(__name__)
 
@@ -92,20 +95,10 @@ def precision(config, platform: str | None = None) -> Precision:
                    attention_dropout(config), resolve_dropout_bits(config.model.get("dropout_bits", "auto"), p))
 
 
-def adopt_workdir_dtype(config, saved: dict | None) -> None:
-  """On resume, `model.dtype=auto` takes the workdir's own dtype when it names one (a run from before "auto"
-  existed saved "float32"): a float32 run stays float32 on any platform. Changes `config` in place."""
-  old = ((saved or {}).get("model") or {}).get("dtype")
-  if config.model.dtype == "auto" and old in DTYPES:
-    config.model.dtype = old
-
-
 def build_tokenizer(config, train_texts):
   """Builds the tokenizer from the training texts (scratch) or opens the pretrained one (bert); both lowercase
   text or not as `tokenizer.lowercase` says."""
   if config.model.encoder == "scratch":
-    from gp_jax.data.char_tokenizer import CharTokenizer  # pylint: disable=g-import-not-at-top
-
     return CharTokenizer.build(
         train_texts,
         min_freq=config.tokenizer.min_freq,
@@ -114,9 +107,6 @@ def build_tokenizer(config, train_texts):
         lowercase=config.tokenizer.lowercase,
     )
   if config.model.encoder == "bert":
-    from gp_jax.data.tokenize import HFTokenizer  # pylint: disable=g-import-not-at-top
-    from gp_jax.models import pretrained  # pylint: disable=g-import-not-at-top
-
     return HFTokenizer(pretrained.resolve(config.model.pretrained), lowercase=config.tokenizer.lowercase)
   raise ValueError(f"model.encoder must be 'scratch' or 'bert', got {config.model.encoder!r}")
 
@@ -125,14 +115,10 @@ def encoder_config(config) -> dict | None:
   """bert: the HF config.json dict of `model.pretrained`; None for the scratch encoder."""
   if config.model.encoder != "bert":
     return None
-  from gp_jax.models import pretrained  # pylint: disable=g-import-not-at-top
-
   return pretrained.encoder_config(config.model.pretrained)
 
 
 def scratch_config(config, tokenizer, *, platform: str | None = None):
-  from gp_jax.models.scratch import ScratchConfig  # pylint: disable=g-import-not-at-top
-
   m = config.model
   policy = precision(config, platform)
   return ScratchConfig(
@@ -183,12 +169,8 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
   rngs = nnx.Rngs(params=seed, dropout=seed + 1)
   m = config.model
   if m.encoder == "scratch":
-    from gp_jax.models.scratch import ScratchEncoder  # pylint: disable=g-import-not-at-top
-
     encoder = ScratchEncoder(scratch_config(config, tokenizer, platform=policy.platform), dtype=dtype, rngs=rngs)
   elif m.encoder == "bert":
-    from gp_jax.models import bert, pretrained  # pylint: disable=g-import-not-at-top
-
     overrides = {"hidden_dropout": float(m.dropout), "attention_dropout": policy.attention_dropout,
                  "attention": policy.attention, "target_platform": policy.platform, "dropout_bits": policy.dropout_bits,
                  "kernels": m.get("kernels", "auto")}
@@ -229,13 +211,11 @@ def prepare_split(config, records, tokenizer, types, *, name: str):
                                **split_options(config))
 
 
-def prepare_data(config, workdir=None):
-  """(splits {train, dev?, test?} of PreparedSplit, tokenizer, types). The tokenizer saved in `workdir`
-  wins over a new one, so a resumed run reads text exactly as before."""
+def prepare_data(config, tokenizer=None):
+  """(splits {train, dev?, test?} of PreparedSplit, tokenizer, types). `tokenizer`: read the text with this one
+  (a resumed run's, `resume.saved_tokenizer`) instead of building one from the train split."""
   train_recs, dev_recs, test_recs, types = load_records(config.data, seed=config.seed)
-  if workdir is not None and wd.has_tokenizer(workdir):
-    tokenizer = wd.load_tokenizer(workdir)
-  else:
+  if tokenizer is None:
     tokenizer = build_tokenizer(config, [r["text"] for r in train_recs])
   splits = {"train": prepare_split(config, train_recs, tokenizer, types, name="train")}
   if dev_recs:
@@ -245,6 +225,13 @@ def prepare_data(config, workdir=None):
   elif test_recs:
     log.info("Test split has no labels: skipping test evaluation")
   return splits, tokenizer, types
+
+
+def train_batches(spec: RunSpec, train) -> batching.BatchIterator:
+  """The training iterator over the prepared train split: this process's rows of each global batch."""
+  return batching.train_batches(train, batch_size=spec.batch_size, buckets=spec.buckets, bucket_run=spec.bucket_run,
+                                seed=spec.seed, process_index=jax.process_index(),
+                                process_count=jax.process_count(), tag_scheme=spec.tag_scheme)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,6 +294,7 @@ class RunSpec:
   checkpoint_every_steps: int
   keep_checkpoints: int
   eval_every_steps: int
+  early_stop_patience: float  # epochs without a better dev F1 before stopping; 0 = never
   log_every_steps: int
   steps_per_execution: int  # as set: 0 = auto per platform (`feed.steps_per_execution`)
   seed: int
@@ -350,7 +338,8 @@ def run_spec(config, platform: str | None = None) -> RunSpec:
       buckets=_tuple_or_none(d.get("buckets")), bucket_run=int(d.get("bucket_run", 0)), max_len=int(d.max_len),
       stride=int(d.get("stride", 0)) or None, max_span_width=int(d.get("max_span_width", 0)) or None,
       checkpoint_every_steps=int(get("checkpoint_every_steps", 500)), keep_checkpoints=int(get("keep_checkpoints", 2)),
-      eval_every_steps=int(get("eval_every_steps", 0)), log_every_steps=int(get("log_every_steps", 100)),
+      eval_every_steps=int(get("eval_every_steps", 0)),
+      early_stop_patience=float(get("early_stop_patience", 0)), log_every_steps=int(get("log_every_steps", 100)),
       steps_per_execution=int(get("steps_per_execution", 1)), seed=int(get("seed", 0)),
       num_train_steps=int(get("num_train_steps", 0)), num_epochs=float(get("num_epochs", 3.0)),
       init_from=str(get("init_from", "") or ""))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 
 import jax
 import jax.numpy as jnp
@@ -17,11 +16,8 @@ import numpy as np
 from flax import nnx
 
 from gp_jax import sharding as shd
-from gp_jax import checkpoint as ckpt_lib
 from gp_jax import factory
-from gp_jax import workdir as wd
 from gp_jax.data import batching
-from gp_jax.optim import make_optimizer
 
 log = logging.getLogger("gp_jax.train")
 
@@ -160,7 +156,7 @@ def eval_params(state):
 @dataclasses.dataclass
 class Training:
   """What the training loop works on: the model setup, optimizer and train state, the data iterator, and the
-  resume / best checkpoint managers."""
+  resume / best checkpoint managers (`train.build_training`)."""
 
   setup: Setup
   state: dict
@@ -172,38 +168,3 @@ class Training:
   mngr: object
   best_mngr: object
   n_params: int
-
-
-def build_training(run, splits, tokenizer, types) -> Training:
-  """Model and optimizer state: resumed from workdir/ckpt, else init_from's parameters, else fresh. Builds from
-  `run.config`; everything else it reads is `run.spec`."""
-  spec = run.spec
-  mngr = ckpt_lib.make_manager(run.workdir / "ckpt", keep=spec.keep_checkpoints)
-  best_mngr = ckpt_lib.make_manager(run.workdir / "best", keep=1, best=True)
-  resuming = mngr.latest_step() is not None
-  setup, params = init_model(run.config, tokenizer, types, run.mesh, load_weights=not resuming,
-                             encoder_config=wd.load_encoder_config(run.workdir) if resuming else None)
-  n_params = param_count(params)
-  log.info("Model: %s encoder + %s head, %d parameters, dtype %s", spec.encoder, spec.head, n_params,
-           spec.precision.dtype)
-  if run.is_main:
-    wd.save_run_files(run.workdir, config_json=run.config_json, types=types, tokenizer=tokenizer,
-                      encoder_config=setup.encoder_config)
-  train_it = batching.train_batches(splits["train"], batch_size=spec.batch_size, buckets=spec.buckets,
-                                    bucket_run=spec.bucket_run, seed=spec.seed, process_index=jax.process_index(),
-                                    process_count=jax.process_count(), tag_scheme=spec.tag_scheme)
-  total_steps = spec.num_train_steps or int(math.ceil(spec.num_epochs * train_it.steps_per_epoch))
-  tx, lr_schedule = make_optimizer(spec.optimizer, total_steps, params)
-  state = init_train_state(setup, params, tx, seed=spec.seed)
-  start_step = 0
-  restored = ckpt_lib.restore(mngr, abstract_state(setup, tx)) if resuming else None
-  if restored is not None:
-    start_step, state, data_state = restored
-    train_it.set_state(data_state)
-    log.info("Resumed from %s at step %d", mngr.directory, start_step)
-  elif spec.init_from:
-    src = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(spec.init_from), keep=1)
-    src_step, src_params = ckpt_lib.restore_params(src, abstract_params(setup))
-    state = init_train_state(setup, src_params, tx, seed=spec.seed)  # ema (if on) starts from them too
-    log.info("Initialised parameters from %s (step %d)", src.directory, src_step)
-  return Training(setup, state, tx, lr_schedule, train_it, int(start_step), total_steps, mngr, best_mngr, n_params)

@@ -1,7 +1,7 @@
 """Training and evaluation: `train_and_evaluate(config, workdir)`.
 
-Reads top to bottom as phases: run setup (distributed, workdir, mesh, checks), data, state (model,
-optimizer, resume), the loop (dispatch step N, then look at step N-1; dev evaluation keeps the best
+Reads top to bottom as phases: run setup (distributed, workdir, mesh, checks), data (the splits and the training
+iterator), state (model, optimizer; started as gp_jax/resume.py decides), the loop (dispatch step N, then look at step N-1; dev evaluation keeps the best
 parameters), final evaluation and results.json. Only main.py and tests import this module.
 """
 
@@ -10,24 +10,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
+from tqdm.auto import tqdm
 
 from gp_jax import aot
 from gp_jax import feed as feed_lib
 from gp_jax import checkpoint as ckpt_lib
 from gp_jax import factory, runtime
-from gp_jax import reporting, storage, workdir as wd
+from gp_jax import reporting, resume, storage, workdir as wd
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax import threshold as threshold_lib
-from gp_jax.configs import base as base_config
 from gp_jax.data import batching
 from gp_jax.evaluate import LENGTH_BUCKETS, Evaluator, flat_result
+from gp_jax.optim import make_optimizer
 from gp_jax.steps import make_train_step, make_train_steps
 
 log = logging.getLogger("gp_jax.train")
@@ -93,18 +96,30 @@ def setup_run(config, workdir) -> RunContext:
     if config[name] % batch_ways or config[name] % jax.process_count():
       raise ValueError(f"{name}={config[name]} must be divisible by the {batch_ways} data-parallel devices "
                        f"(mesh {dict(mesh.shape)}) and by the {jax.process_count()} processes")
-  saved = root / "config.json"
-  saved_config = storage.read_json(saved) if saved.exists() else None
-  factory.adopt_workdir_dtype(config, saved_config)  # a float32 workdir resumes as float32 under dtype=auto
+  resume.check_workdir(config, root)
   log.info("Precision: %s", factory.precision(config).describe())
   config_json = config.to_json_best_effort(sort_keys=True)
-  if saved_config is not None and not config.get("allow_config_change", False):
-    defaults = json.loads(base_config.get_config().to_json_best_effort())
-    changes = wd.resume_changes(root, saved_config, json.loads(config_json), defaults)
-    if changes:
-      raise ValueError(f"{root} holds a run of another config ({len(changes)} changed keys: {'; '.join(changes)}). "
-                       "Use a new workdir, or --config.allow_config_change=True to resume anyway.")
   return RunContext(config, root, is_main, mesh, mirror, config_json, t_start)
+
+
+def build_training(run: RunContext, train_it: batching.BatchIterator, tokenizer, types) -> state_lib.Training:
+  """Model, optimizer and train state, started as `resume` decides (checkpoint, init_from or fresh)."""
+  spec = run.spec
+  ckpts = resume.open_checkpoints(run.workdir, keep=spec.keep_checkpoints)
+  setup, params = state_lib.init_model(run.config, tokenizer, types, run.mesh, load_weights=not ckpts.resuming,
+                                       encoder_config=resume.encoder_config(ckpts, run.workdir))
+  n_params = state_lib.param_count(params)
+  log.info("Model: %s encoder + %s head, %d parameters, dtype %s", spec.encoder, spec.head, n_params,
+           spec.precision.dtype)
+  if run.is_main:
+    wd.save_run_files(run.workdir, config_json=run.config_json, types=types, tokenizer=tokenizer,
+                      encoder_config=setup.encoder_config)
+  total_steps = spec.num_train_steps or int(math.ceil(spec.num_epochs * train_it.steps_per_epoch))
+  tx, lr_schedule = make_optimizer(spec.optimizer, total_steps, params)
+  start_step, state = resume.initial_state(ckpts, setup, tx, params, train_it, seed=spec.seed,
+                                           init_from=spec.init_from)
+  return state_lib.Training(setup, state, tx, lr_schedule, train_it, start_step, total_steps, ckpts.mngr,
+                            ckpts.best_mngr, n_params)
 
 
 @dataclasses.dataclass
@@ -219,7 +234,7 @@ class Pace:
 def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, writer, hooks: TrainHooks) -> dict:
   """Steps from ts.start_step to ts.total_steps, in calls of up to k same-bucket steps (`feed`); returns {steps,
   preempted, train_tokens_per_s, ...}."""
-  config, spec, mesh, mngr = run.config, run.spec, run.mesh, ts.mngr
+  spec, mesh, mngr = run.spec, run.mesh, ts.mngr
   eval_every = spec.eval_every_steps or ts.train_it.steps_per_epoch
   k = feed_lib.steps_per_execution(spec.steps_per_execution, spec.platform)
   fns = tuple(make(ts.setup, ts.tx, loss_kind=spec.loss_kind, step_transform=hooks.step_transform)
@@ -229,11 +244,9 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
            spec.checkpoint_every_steps, k)
   best_step = ts.best_mngr.best_step()
   best_f1 = float(ts.best_mngr.metrics(best_step)["dev_f1"]) if best_step is not None else -1.0
-  patience = EarlyStop(config.get("early_stop_patience", 0), ts.train_it.steps_per_epoch, best_step)
+  patience = EarlyStop(spec.early_stop_patience, ts.train_it.steps_per_epoch, best_step)
   bar = None
-  if run.is_main and config.progress_bar and reporting.is_tty():
-    from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
-
+  if run.is_main and run.config.progress_bar and reporting.is_tty():
     bar = tqdm(total=ts.total_steps, initial=ts.start_step, desc="train", dynamic_ncols=True)
   steps = reporting.StepLog(ts, writer, spec.log_every_steps, bar,
                            check=lambda step, metrics: check_finite(step, metrics, ts.mngr))
@@ -403,24 +416,22 @@ def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> d
   summary = {"workdir": str(run.workdir), "status": "failed"}
   try:
     # Data.
-    splits, tokenizer, types = factory.prepare_data(config, run.workdir)
+    run = dataclasses.replace(run, spec=factory.run_spec(config))  # what the trainer reads from here on
+    splits, tokenizer, types = factory.prepare_data(config, tokenizer=resume.saved_tokenizer(run.workdir))
+    train_it = factory.train_batches(run.spec, splits["train"])
     summary["split_stats"] = {k: dataclasses.asdict(v.stats) for k, v in splits.items()}
-    if factory.tag_scheme(config):
+    scheme = run.spec.tag_scheme
+    if scheme:
       # One tag layer: nested gold spans it cannot hold stay in the gold set (scored as misses) and are counted.
-      summary["unrepresentable"] = {k: batching.count_unrepresentable(v, scheme=factory.tag_scheme(config))
-                                    for k, v in splits.items()}
-      log.info("Gold spans a single %s tag layer cannot hold (nested/crossing): %s", factory.tag_scheme(config),
-               summary["unrepresentable"])
+      summary["unrepresentable"] = {k: batching.count_unrepresentable(v, scheme=scheme) for k, v in splits.items()}
+      log.info("Gold spans a single %s tag layer cannot hold (nested/crossing): %s", scheme, summary["unrepresentable"])
     if jax.process_count() > 1:
-      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-
       # Every process has read (or built) the tokenizer before process 0 (re)writes it into the workdir.
       multihost_utils.sync_global_devices("gp_jax.train: data prepared")
     # State.
-    run = dataclasses.replace(run, spec=factory.run_spec(config))  # what the trainer reads from here on
-    ts = state_lib.build_training(run, splits, tokenizer, types)
+    ts = build_training(run, train_it, tokenizer, types)
     summary["parameters"] = ts.n_params
-    summary["head_kind"] = "tagger" if factory.tag_scheme(config) else "span"
+    summary["head_kind"] = "tagger" if scheme else "span"
     summary["length_buckets"] = [label for label, *_ in LENGTH_BUCKETS]
     summary["ema_decay"] = ts.setup.ema_decay
     summary["eval_weights"] = "ema" if ts.setup.ema_decay else "params"

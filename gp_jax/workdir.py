@@ -20,6 +20,8 @@ import tempfile
 import ml_collections
 
 from gp_jax import storage
+from gp_jax.data import tokenize
+from gp_jax.models import pretrained
 
 PRETRAINED = "pretrained.json"
 
@@ -28,8 +30,6 @@ def save_run_files(workdir, *, config_json: str, types, tokenizer, encoder_confi
   root = storage.path(workdir)
   first = not (root / "config.json").exists()
   if first and encoder_config is not None:
-    from gp_jax.models import pretrained  # pylint: disable=g-import-not-at-top
-
     storage.write_json(root / PRETRAINED, pretrained.source(json.loads(config_json)["model"]["pretrained"]), indent=1)
   storage.write_text(root / "config.json", config_json)
   storage.write_json(root / "types.json", list(types))
@@ -45,13 +45,11 @@ def has_tokenizer(workdir) -> bool:
 
 
 def load_tokenizer(workdir):
-  from gp_jax.data.tokenize import load_tokenizer as load  # pylint: disable=g-import-not-at-top
-
   src = storage.path(workdir) / "tokenizer"
   if not storage.is_url(os.fspath(src)):
-    return load(src)
+    return tokenize.load_tokenizer(src)
   with tempfile.TemporaryDirectory(prefix="gp_jax_tok_") as tmp:  # loaded into memory; the copy is not kept
-    return load(storage.download_dir(src, tmp))
+    return tokenize.load_tokenizer(storage.download_dir(src, tmp))
 
 
 def load_config(workdir) -> ml_collections.ConfigDict:
@@ -107,8 +105,6 @@ def resume_changes(workdir, old: dict, new: dict, defaults: dict | None = None) 
   recorded = load_pretrained_source(workdir)
   if recorded is None or new.get("model", {}).get("encoder") != "bert":
     return config_changes(old, new, defaults)
-  from gp_jax.models import pretrained  # pylint: disable=g-import-not-at-top
-
   changes = config_changes(old, new, defaults, ignore=("model.pretrained",))
   current = pretrained.source(new["model"]["pretrained"])
   if not pretrained.same_source(recorded, current):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from gp_jax import factory
+from gp_jax import factory, resume
 from gp_jax.configs import base
 from tests import helpers_train as ht
 
@@ -166,9 +166,9 @@ def test_old_workdir_with_another_dtype_or_attention_needs_allow_config_change(t
 
 def test_fresh_workdir_keeps_auto():
   config = ht.tiny_config()
-  factory.adopt_workdir_dtype(config, None)
+  resume.adopt_workdir_dtype(config, None)
   assert config.model.dtype == "auto"
-  factory.adopt_workdir_dtype(config, {"model": {"dtype": "auto"}})
+  resume.adopt_workdir_dtype(config, {"model": {"dtype": "auto"}})
   assert config.model.dtype == "auto"
 
 

@@ -13,7 +13,7 @@ import ml_collections
 from gp_jax.configs.args import parse_arg
 
 # dtype "auto": float32 on CPU, bfloat16 on GPU/TPU (factory.precision). A workdir written when the default was
-# "float32" resumes as float32 (factory.adopt_workdir_dtype).
+# "float32" resumes as float32 (resume.adopt_workdir_dtype).
 ARG_DEFAULTS = dict(quick=False, head="standard", rope=True, encoder="scratch", dataset="msra", dtype="auto",
                     epochs=0.0, seed=0, pretrained="minilm")
 
