@@ -30,6 +30,10 @@ from gp_jax import factory, optim
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax import steps as steps_lib
+from gp_jax.data import batching
+from gp_jax.models import bert
+from gp_jax.models.scratch import ScratchConfig
+from gp_jax.ops import attention as attention_lib
 from gp_jax.steps import Dispatch  # noqa: F401  the dispatcher of the programs built here
 
 log = logging.getLogger("gp_jax.aot")
@@ -164,8 +168,6 @@ COMMAND_BUFFER_WITHOUT_CUDNN = "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,DYNAMIC_SLICE
 def attention_choice(spec, encoder_config, *, platform: str, length: int, train: bool) -> tuple[str, str]:
   """(implementation, why) of the self-attention a step holds on `platform` (`ops.attention.choose`) for a run spec
   (`factory.RunSpec`) resolved for that platform; "none" for a scratch encoder without attention blocks."""
-  from gp_jax.ops import attention as attention_lib  # pylint: disable=g-import-not-at-top
-
   if spec.encoder == "scratch" and not spec.num_attn_layers:
     return "none", ""
   policy = _policy(spec, platform)
@@ -192,10 +194,10 @@ def resolve(program: Program, setup, platform: str) -> Program:
   dropout = program.step == "train" and policy.attention_dropout > 0
   if impl == "cudnn" and dropout:
     program.options = dict(program.options, xla_gpu_enable_command_buffer=COMMAND_BUFFER_WITHOUT_CUDNN)
-  bert = spec.encoder == "bert"
+  is_bert = spec.encoder == "bert"
   program.choices = {"attention": impl, "attention_why": why, "loss": spec.loss_implementation,
-                     "dropout_bits": policy.dropout_bits if bert else "none (nnx.Dropout)",
-                     "bert_kernels": bert_kernels(spec, platform) if bert else "none",
+                     "dropout_bits": policy.dropout_bits if is_bert else "none (nnx.Dropout)",
+                     "bert_kernels": bert_kernels(spec, platform) if is_bert else "none",
                      "optimizer_update": optim.resolve_update(spec.optimizer, platform),
                      "xla_options": dict(program.options)}
   return program
@@ -203,8 +205,6 @@ def resolve(program: Program, setup, platform: str) -> Program:
 
 def bert_kernels(spec, platform: str) -> str:
   """How the BERT train step is written on `platform` (`models.bert.resolve_kernels`)."""
-  from gp_jax.models import bert  # pylint: disable=g-import-not-at-top
-
   return bert.resolve_kernels(bert.BertConfig(kernels=spec.kernels, target_platform=platform))
 
 
@@ -323,8 +323,6 @@ def compile_for_run(programs: Sequence[Program]) -> Report:
 
 def eval_lengths(prepared_splits: Iterable, *, batch_size: int, buckets) -> list[int]:
   """The buckets the eval batches of these splits take."""
-  from gp_jax.data import batching  # pylint: disable=g-import-not-at-top
-
   out = set()
   for p in prepared_splits:
     out.update(batching.eval_batches(p, batch_size=batch_size, buckets=buckets,
@@ -416,6 +414,4 @@ def attention_shape(spec, encoder_config: dict | None) -> tuple[int, int]:
   """(heads, width) of the encoder's self-attention (a scratch encoder's width from the run spec)."""
   if encoder_config is not None:
     return encoder_config["num_attention_heads"], encoder_config["hidden_size"]
-  from gp_jax.models.scratch import ScratchConfig  # pylint: disable=g-import-not-at-top
-
   return ScratchConfig.num_heads, spec.hidden_size

@@ -22,7 +22,7 @@ ml_collections): a callable over a batch dict that returns hits. See docs/servin
 
 Imports go one way: export -> predict (to restore a workdir) -> serving (the folder's format and reader).
 `ExportError`, `ExportedModel`, `host_span_hits` and `load_exported` are re-exported here from gp_jax.serving
-for one release only (they lived here before); import them from gp_jax.serving.
+for compatibility; import them from gp_jax.serving.
 """
 
 from __future__ import annotations
@@ -31,14 +31,25 @@ import importlib.metadata
 import json
 import os
 import subprocess
+import sys
 import tempfile
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from absl import app, flags
+from flax import nnx
 
+from gp_jax import predict  # also defines the flags --workdir, --batch_size and --threshold
 from gp_jax import storage
+from gp_jax.errors import UserError
+from gp_jax.models.heads import HEADS
+from gp_jax.models.taggers import TAGGERS
 from gp_jax.serving import BATCH_FIELDS, FORMAT_VERSION, MANIFEST, MODEL_FILES, OUTPUTS, ExportError
-# Re-exported for one release (these lived here before gp_jax.serving); import them from gp_jax.serving.
+# Re-exported for compatibility; import them from gp_jax.serving.
 from gp_jax.serving import ExportedModel, host_span_hits, load_exported  # noqa: F401  pylint: disable=unused-import
+
+# Deferred import below: jax2onnx, an optional dependency (the `onnx` extra, installed in a separate environment).
 
 DEFAULT_HIT_BUFFER = 4096
 # The precision policy of an export is resolved as for this platform wherever export runs: model.dtype=auto is
@@ -69,8 +80,6 @@ def model_outputs(model, batch, *, threshold, size: int):
 
 def forward_fn(graphdef, params, rest, *, names, size: int):
   """`(*arrays in names order, threshold) -> model_outputs(...)`, parameters closed over."""
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-
   def fn(*args):
     *arrays, threshold = args
     model = nnx.merge(graphdef, nnx.State(params), rest)
@@ -81,17 +90,12 @@ def forward_fn(graphdef, params, rest, *, names, size: int):
 
 
 def _one_device(tree):
-  import jax  # pylint: disable=g-import-not-at-top
-
   return jax.device_put(tree, jax.devices("cpu")[0] if jax.default_backend() == "cpu" else jax.devices()[0])
 
 
 def export_stablehlo(fn, *, num_arrays: int, platforms=None, max_len: int | None = None):
   """`jax.export` of `fn` with symbolic (B, L) int32 arrays and a float32 threshold -> Exported. `max_len` bounds
   L (windows never exceed it), which decides the BERT encoder's position-table check."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-
   constraints = ("L >= 2",) + ((f"L <= {max_len}",) if max_len else ())  # lax.scan (CRF) needs L - 1 >= 1
   B, L = jax.export.symbolic_shape("B, L", constraints=constraints)
   args = [jax.ShapeDtypeStruct((B, L), jnp.int32)] * num_arrays + [jax.ShapeDtypeStruct((), jnp.float32)]
@@ -105,8 +109,6 @@ def export_onnx(fn, *, names, path: str):
   except ImportError as e:
     raise ExportError("--format=onnx needs jax2onnx, which pins orbax-checkpoint<0.11.37 (below this "
                       "project's): export from a separate environment, see docs/serving.md") from e
-
-  import jax  # pylint: disable=g-import-not-at-top
 
   def scores_fn(*arrays):
     return fn(*arrays, np.float32(0.0))[3]
@@ -140,9 +142,6 @@ def export_workdir(workdir, out, *, fmt: str = "stablehlo", platforms=None, hit_
                    batch_size: int = 0, threshold: float | None = None) -> dict:
   """Restores `workdir` (as predict does) and writes the serving folder `out`; returns the manifest. `threshold`:
   the folder's default (None: the workdir's dev-tuned one, else 0)."""
-  from gp_jax import predict  # pylint: disable=g-import-not-at-top
-  from gp_jax.errors import UserError  # pylint: disable=g-import-not-at-top
-
   try:
     p = predict.Predictor(workdir, threshold=threshold, platform=PORTABLE_POLICY, attention="xla")
   except UserError as e:
@@ -157,13 +156,8 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
                  hit_buffer: int = DEFAULT_HIT_BUFFER, batch_size: int = 0, threshold: float | None = None,
                  extra: dict | None = None) -> dict:
   """Writes the serving folder `out` for a `state.Setup` and its parameters; returns the manifest."""
-  import jax  # pylint: disable=g-import-not-at-top
-
   if fmt not in MODEL_FILES:
     raise ExportError(f"--format must be one of {sorted(MODEL_FILES)}, got {fmt!r}")
-  from gp_jax.models.heads import HEADS  # pylint: disable=g-import-not-at-top
-  from gp_jax.models.taggers import TAGGERS  # pylint: disable=g-import-not-at-top
-
   spec, tokenizer, types = setup.spec, setup.tokenizer, setup.types
   head = spec.head
   is_tagger = head in TAGGERS
@@ -224,10 +218,6 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
 
 
 def _define_flags():
-  from absl import flags  # pylint: disable=g-import-not-at-top
-
-  from gp_jax import predict  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (defines --workdir, --batch_size, --threshold)
-
   flags.DEFINE_string("out", None, "Folder to write, local or gs://.")
   flags.DEFINE_enum("format", "stablehlo", sorted(MODEL_FILES), "Serialized artifact format.")
   flags.DEFINE_list("platforms", [], "StableHLO lowering platforms (cpu, cuda, tpu); default: this machine's.")
@@ -237,8 +227,6 @@ def _define_flags():
 
 
 def main(argv, flags_):
-  import sys  # pylint: disable=g-import-not-at-top
-
   if len(argv) > 1:
     print(f"gp_jax.export: unexpected arguments {argv[1:]}", file=sys.stderr)
     sys.exit(2)
@@ -257,7 +245,5 @@ def main(argv, flags_):
 
 
 if __name__ == "__main__":
-  from absl import app  # pylint: disable=g-import-not-at-top
-
   _FLAGS = _define_flags()
   app.run(lambda argv: main(argv, _FLAGS))

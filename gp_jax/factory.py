@@ -306,6 +306,11 @@ class RunSpec:
   def platform(self) -> str:
     return self.precision.platform
 
+  @property
+  def window_options(self) -> dict:
+    """The `windows.prepare_split` arguments: window length, stride, span width."""
+    return dict(max_len=self.max_len, stride=self.stride, max_span_width=self.max_span_width)
+
 
 def ema_decay(config) -> float:
   """`optimizer.ema_decay`: > 0 keeps state["ema"], the weights evaluation and best/ use; 0 = off."""

@@ -31,6 +31,13 @@ import socket
 import threading
 import uuid
 
+import fsspec
+import numpy as np
+from etils import epath
+
+# Deferred imports below: jax, in `hold_run` only. launch.compile imports this module (through launch.points and
+# launch.worker) before it sets JAX_PLATFORMS, which jax reads when it is imported.
+
 log = logging.getLogger("gp_jax.lease")
 
 LAUNCH_DIR = "_launch"
@@ -124,8 +131,6 @@ class GcsStore:
   """gcsfs (fsspec) with its own retries; listings are never served from gcsfs's cache."""
 
   def __init__(self):
-    import fsspec  # pylint: disable=g-import-not-at-top
-
     self.fs = fsspec.filesystem("gs", skip_instance_cache=True, cache_timeout=0)
 
   def create(self, path: str, data: bytes) -> bool:
@@ -346,8 +351,6 @@ def history(folder: str, store=None) -> list[dict]:
 def find_lease_dir(workdir: str, *, levels: int = 3) -> str:
   """The lease folder guarding a run folder: under the nearest ancestor (up to `levels` up) that holds a
   `_launch/` folder (a sweep root that workers use), else under the run folder's parent."""
-  from etils import epath  # pylint: disable=g-import-not-at-top
-
   parent, _ = split_workdir(workdir)
   folder = parent
   for _ in range(levels):
@@ -384,7 +387,6 @@ class hold_run:  # pylint: disable=invalid-name
         held = Held(self.workdir, self.lease.holder)
         self.lease = None
     if multi:
-      import numpy as np  # pylint: disable=g-import-not-at-top
       from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
       refused = int(multihost_utils.broadcast_one_to_all(np.asarray(int(held is not None), np.int32)))

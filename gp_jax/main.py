@@ -9,13 +9,15 @@ A second live run on the same DIR refuses to start (exit 2, naming the holder): 
 DIR/../_launch/leases/ (gp_jax/lease.py).
 """
 
+import logging
 import os
 import sys
 
+import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from gp_jax import lease, runtime, train
+from gp_jax import checkpoint, lease, runtime, storage, train
 from gp_jax.configs.args import check_override_keys
 from gp_jax.errors import UserError, storage_full
 
@@ -53,8 +55,6 @@ def main(argv):
   runtime.configure()  # process-level settings (malloc) before anything is allocated
   config = _CONFIG.value
   if config.multihost:  # before the lease: process 0 takes it and tells the others (train.setup_run skips this)
-    import jax  # pylint: disable=g-import-not-at-top
-
     jax.distributed.initialize(*([config.coordinator_address] if config.coordinator_address else []),
                                **({"num_processes": config.num_processes, "process_id": config.process_id}
                                   if config.coordinator_address else {}))
@@ -70,8 +70,6 @@ def main(argv):
     full = storage_full(e)
     if full is None:
       raise
-    import logging  # pylint: disable=g-import-not-at-top
-
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # Orbax's failed writes, logged again at teardown
     sys.stderr.flush()  # the failed save's threads may have printed a partial line: ours starts a new one
     print(f"\nerror: storage full: {full}. {_last_checkpoint(_WORKDIR.value)}", file=sys.stderr, flush=True)
@@ -84,8 +82,6 @@ def main(argv):
 
 
 def _last_checkpoint(workdir) -> str:
-  from gp_jax import checkpoint, storage  # pylint: disable=g-import-not-at-top
-
   ckpt = storage.path(workdir) / "ckpt"
   steps = checkpoint.finalised_steps(ckpt)
   if not steps:

@@ -16,8 +16,7 @@ model's max length go through sliding windows. Formats are the `READERS` / `WRIT
 
 The exported folder is read by gp_jax.serving (`ExportedPredictor`, and `WindowPredictor`, the base this
 module's `Predictor` shares with it); this module never imports gp_jax.export. `predict.ExportedPredictor`
-and `predict.model_inputs` still resolve for one release only (they lived here before); import them from
-gp_jax.serving.
+and `predict.model_inputs` are re-exported from gp_jax.serving for compatibility; import them from there.
 """
 
 from __future__ import annotations
@@ -30,11 +29,16 @@ from collections.abc import Iterable, Iterator
 
 from absl import app, flags, logging
 
+from gp_jax import sharding as shd
 from gp_jax import storage
-from gp_jax.data import cblue
+from gp_jax.data import batching, cblue
+from gp_jax.data.sources import load_records
 from gp_jax.serving import ExportedPredictor, ExportError, UserError, WindowPredictor, check_threshold
-# Re-exported for one release (it lived here before gp_jax.serving); import it from gp_jax.serving.
+# Re-exported for compatibility; import it from gp_jax.serving.
 from gp_jax.serving import model_inputs  # noqa: F401  pylint: disable=unused-import
+
+# Deferred imports below: predicting from an exported folder must not import flax, orbax or ml_collections, which
+# the workdir path's modules (checkpoint, state, workdir, steps, threshold, aot, evaluate) import.
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir, local or gs:// (config.json, types.json, "
                                "tokenizer/, best/ or ckpt/).")
@@ -129,11 +133,10 @@ class Predictor(WindowPredictor):
     overrides the run's model.attention (export takes "xla", the path every platform lowers)."""
     # pylint: disable=g-import-not-at-top
     from gp_jax import checkpoint as ckpt_lib
-    from gp_jax import factory
-    from gp_jax import sharding as shd
     from gp_jax import state as state_lib
     from gp_jax import workdir as wd
     from gp_jax.steps import HitDecoder
+    from gp_jax.threshold import tuned_threshold
 
     self.config = wd.load_config(workdir)
     if attention is not None:
@@ -149,15 +152,13 @@ class Predictor(WindowPredictor):
     tagger = spec.tag_scheme is not None
     self.threshold = check_threshold(threshold, head=spec.head, tagger=tagger)
     if self.threshold is None and not tagger:
-      from gp_jax.threshold import tuned_threshold
-
       self.threshold = tuned_threshold(workdir)
       if self.threshold is not None:
         logging.info("Threshold %.2f: tuned on dev by training (threshold.json); --threshold overrides it",
                      self.threshold)
     batch_size = batch_size or spec.eval_batch_size
     self.batch_size = batch_size + -batch_size % mesh.size  # a multiple of the devices
-    self.window_options = factory.split_options(self.config)
+    self.window_options = spec.window_options
     self.buckets = spec.buckets
     self.decoder = HitDecoder(self.setup, batch_size=self.batch_size, name="predict")
     self.compile_ahead()
@@ -165,7 +166,6 @@ class Predictor(WindowPredictor):
   def compile_ahead(self) -> None:
     """The eval step for every bucket, compiled concurrently before the first text (the texts are not known yet)."""
     from gp_jax import aot  # pylint: disable=g-import-not-at-top
-    from gp_jax.data import batching  # pylint: disable=g-import-not-at-top
 
     d = self.decoder
     programs = [aot.eval_program(d.fn(d.size), self.setup, batch=self.batch_size, length=L, hits=d.size)
@@ -174,7 +174,6 @@ class Predictor(WindowPredictor):
     d.adopt(programs)
 
   def window_hits(self, batch):
-    from gp_jax import sharding as shd  # pylint: disable=g-import-not-at-top
     from gp_jax.evaluate import model_batch  # pylint: disable=g-import-not-at-top
 
     return self.decoder(self.params, shd.global_batch(model_batch(batch), self.setup.mesh), self.threshold or 0.0)
@@ -194,7 +193,6 @@ def predict_stream(predictor: WindowPredictor, records: Iterable[dict], *,
 def _split_records(workdir: str, split: str) -> list[dict]:
   # pylint: disable=g-import-not-at-top
   from gp_jax import workdir as wd
-  from gp_jax.data.sources import load_records
 
   config = wd.load_config(workdir)
   train, dev, test, _ = load_records(config.data, seed=config.seed)

@@ -14,8 +14,11 @@ import time
 
 import jax
 import numpy as np
+from tqdm.auto import tqdm
 
 from gp_jax import storage
+
+# Deferred import below: tensorboardX is slow to import and only the process that writes metrics needs it.
 
 log = logging.getLogger("gp_jax")
 train_log = logging.getLogger("gp_jax.train")
@@ -99,8 +102,6 @@ def progress(iterable, *, total: int, desc: str, enabled: bool = True, every_s: 
     yield from iterable
     return
   if is_tty():
-    from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
-
     yield from tqdm(iterable, total=total, desc=desc, leave=False, dynamic_ncols=True)
     return
   t0 = last = time.time()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.util
 import logging
 import os
 import platform
@@ -27,8 +28,12 @@ import re
 import signal
 import threading
 import time
+import warnings
 
 from gp_jax import jax_private
+
+# Deferred imports below: jax (and orbax, which imports it) only inside functions. launch.accelerators imports this
+# module before launch.compile sets JAX_PLATFORMS, which jax reads when it is imported.
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +135,6 @@ def configure_platforms() -> str | None:
   the process's life. Such a process computes on the CPU, so JAX is told so (and its subprocesses, through
   JAX_PLATFORMS). Nothing changes when JAX_PLATFORMS is set, libtpu is absent, a TPU or NVIDIA GPU is present, or
   this jax cannot tell. Returns the platforms set, or None."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
-
   if os.environ.get("JAX_PLATFORMS") is not None or importlib.util.find_spec("libtpu") is None:
     return None
   if jax_private.accelerators_present() is not False:  # present, or this jax cannot tell
@@ -341,9 +344,8 @@ def _condense_cache_warnings() -> None:
   """Shows each unreadable (or unwritable) cache entry as one log line naming the entry file, every time it happens.
 
   jax reports it with `warnings.warn` and goes on compiling; Python prints that as two lines (message and source line),
-  an XLA error inside can span more, and `-W error` would turn it into a crash. Other warnings are shown as before."""
-  import warnings  # pylint: disable=g-import-not-at-top
-
+  an XLA error inside can span more, and `-W error` would turn it into a crash. Other warnings go to the
+  `warnings.showwarning` that was in place."""
   warnings.filterwarnings("always", message=r"Error (reading|writing) persistent compilation cache entry")
   if warnings.showwarning is _show_cache_warning:
     return

@@ -16,12 +16,17 @@ import json
 import os
 import tempfile
 
+import jax
 import numpy as np
 
 from gp_jax import storage
 from gp_jax.data import batching, merge, windows
+from gp_jax.data.char_tokenizer import CharTokenizer
+from gp_jax.data.tokenize import load_tokenizer
 # UserError: bad flags, input or config; gp_jax.predict's main prints it as one line and exits with status 2.
 from gp_jax.errors import UserError
+
+# Deferred import below: onnxruntime, an optional dependency (the `onnx` extra), for ONNX folders only.
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -84,8 +89,6 @@ class ExportedModel:
     self.threshold = m["threshold"]
     blob = (root / m["file"]).read_bytes()
     if m["format"] == "stablehlo":
-      import jax  # pylint: disable=g-import-not-at-top
-
       exported = jax.export.deserialize(bytearray(blob))
       self._call = jax.jit(exported.call)
     elif m["format"] == "onnx":
@@ -147,11 +150,7 @@ def _load_tokenizer(src):
     local = storage.download_dir(src, tmp) if storage.is_url(os.fspath(src)) else os.fspath(src)
     manifest = json.loads(open(os.path.join(local, "gp_jax_tokenizer.json"), encoding="utf-8").read())
     if manifest.get("kind") == "char":
-      from gp_jax.data.char_tokenizer import CharTokenizer  # pylint: disable=g-import-not-at-top
-
       return CharTokenizer.load(local)
-    from gp_jax.data.tokenize import load_tokenizer  # pylint: disable=g-import-not-at-top
-
     return load_tokenizer(local)
 
 

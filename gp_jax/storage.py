@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from typing import Any
 
+import fsspec
 from etils import epath
 
 
@@ -33,8 +34,6 @@ def forget_listings(p) -> None:
   s = os.fspath(p)
   if not is_url(s):
     return
-  import fsspec  # pylint: disable=g-import-not-at-top
-
   protocol, rest = s.split("://", 1)
   for kwargs in ({}, {"finalize_on_close": True}):  # fsspec's default instance, and etils.epath's
     try:

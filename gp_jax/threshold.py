@@ -16,6 +16,7 @@ import logging
 
 import numpy as np
 
+from gp_jax import checkpoint as ckpt_lib
 from gp_jax import storage
 from gp_jax.data import merge
 from gp_jax.metrics import span_prf
@@ -52,8 +53,6 @@ def save(workdir, *, threshold: float, best_step: int, dev_f1: float, dev_f1_at_
 def tuned_threshold(workdir) -> float | None:
   """The dev-tuned threshold of `workdir`'s best/ checkpoint (threshold.json), or None when the run did not tune
   one or best/ has changed since."""
-  from gp_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
-
   root = storage.path(workdir)
   if not (root / FILE).exists():
     return None

@@ -39,8 +39,9 @@ from gp_jax import workdir as wd
 from gp_jax.configs import base as base_config
 from launch import sweep
 
-# jax, Orbax and the trainer are imported where they are used: they take seconds, and a worker with nothing left to
-# run (or a test's stand-in runner) needs none of them.
+# Deferred imports below: jax, Orbax and the trainer, where they are used. They are slow to import and a worker with
+# nothing left to run (or a test's stand-in runner) needs none of them; launch.compile imports this module (through
+# launch.points) before it sets JAX_PLATFORMS, which jax reads when it is imported.
 
 EXIT_DONE, EXIT_USAGE, EXIT_PREEMPTED, EXIT_LOST, EXIT_INCOMPLETE = 0, 2, 3, 4, 10
 NONE_LEFT, WAIT = -1, -2  # choices besides a point index

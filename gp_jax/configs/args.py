@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
+import importlib.util
+import os
+import sys
+
 import ml_collections
 
 from gp_jax.errors import UserError
@@ -45,10 +50,6 @@ def _flat_keys(c, prefix=""):
 
 def check_override_keys(argv) -> str | None:
   """The first `--config.KEY=...` of argv whose KEY the config lacks, as one line naming the closest keys."""
-  import difflib  # pylint: disable=g-import-not-at-top
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
-
   spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
   if spec is None:
     return None
@@ -56,8 +57,6 @@ def check_override_keys(argv) -> str | None:
   module_spec = importlib.util.spec_from_file_location("_gp_jax_config", path)
   module = importlib.util.module_from_spec(module_spec)
   repo = os.path.dirname(os.path.dirname(os.path.abspath(path)))
-  import sys  # pylint: disable=g-import-not-at-top
-
   if repo not in sys.path:
     sys.path.insert(0, repo)
   module_spec.loader.exec_module(module)

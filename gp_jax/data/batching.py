@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from gp_jax.data.tagging import spans_to_tags
 from gp_jax.data.windows import PreparedSplit, _ranges
 
 
@@ -138,8 +139,6 @@ class _Assembler:
 def window_tags(p: PreparedSplit, w: int, *, scheme: str) -> tuple[np.ndarray, int]:
   """One tag layer (outermost entity wins) for window `w` in window-token columns, -1 outside content;
   and how many of its gold spans that layer cannot hold (nested or crossing)."""
-  from gp_jax.data.tagging import spans_to_tags  # pylint: disable=g-import-not-at-top
-
   length = int(p.window_len[w])
   tags, unrepresentable = spans_to_tags(p.window_spans(w), length=length, num_types=len(p.types), scheme=scheme)
   content = np.arange(length)

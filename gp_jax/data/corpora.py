@@ -19,6 +19,9 @@ from gp_jax.data.builders import BUILDERS
 from gp_jax.data.types import Record
 from gp_jax.errors import UserError
 
+# Deferred imports below: tensorflow_datasets is slow to import and only building or reading a corpus needs it, so
+# `import gp_jax.data` stays light (tests/data/test_builders.py).
+
 log = logging.getLogger(__name__)
 
 NAMES = tuple(BUILDERS)
@@ -58,7 +61,7 @@ def corpus_types(name: str) -> tuple[str, ...]:
 def get_builder(name: str, *, manual_dir: str | os.PathLike | None = None,
                 data_dir: str | os.PathLike | None = None):
   """The prepared TFDS builder of a corpus (built on first use)."""
-  import tensorflow_datasets as tfds  # noqa: PLC0415  (keeps `import gp_jax.data` light)
+  import tensorflow_datasets as tfds  # noqa: PLC0415
 
   cls = builder_class(name)
   data_dir = pathlib.Path(data_dir) if data_dir else default_data_dir()
@@ -117,7 +120,8 @@ def to_record(example: dict) -> Record:
 
 
 def _fast_record(serialized: bytes) -> Record:
-  """Decodes one stored tf.train.Example straight from its proto (10x faster than TFDS's decoder)."""
+  """Decodes one stored tf.train.Example straight from its proto, faster than TFDS's decoder (docs/design.md,
+  "Data")."""
   from tensorflow_datasets.core import example_parser  # noqa: PLC0415
 
   f = example_parser.tf_example_pb2.Example.FromString(serialized).features.feature

@@ -7,6 +7,9 @@ import os
 import random
 import string
 
+from gp_jax.data.cblue import read_cblue
+from gp_jax.data.corpora import corpus_types, load_split
+from gp_jax.data.readers import DataError, read_conll, read_jsonl
 from gp_jax.data.types import Record
 from gp_jax.errors import UserError
 
@@ -79,14 +82,9 @@ USER_FORMATS = ("jsonl", "conll", "cblue")  # data.name values that read data.tr
 
 def read_user_file(data_cfg, path) -> list[Record]:
   """One jsonl/conll/cblue file as the config says (conll: scheme, tag columns, joiner; strictness)."""
-  from gp_jax.data import read_conll, read_jsonl
-  from gp_jax.data.readers import DataError
-
   if not os.path.isfile(path):
     raise DataError(path, None, f"no such file (data.name={data_cfg.name})", reason="missing_file")
   if data_cfg.name == "cblue":
-    from gp_jax.data.cblue import read_cblue
-
     return list(read_cblue(path, strict=data_cfg.strict, allow_unlabelled=path == data_cfg.test_file))
   if data_cfg.name == "jsonl":
     return list(read_jsonl(path, strict=data_cfg.strict))
@@ -128,8 +126,6 @@ def load_records(data_cfg, *, seed: int = 0):
     test = read_user_file(data_cfg, data_cfg.test_file) if data_cfg.test_file else []
     types = user_types(train=train, dev=dev, test=test)
   else:
-    from gp_jax.data import corpus_types, load_split
-
     kw = dict(manual_dir=data_cfg.manual_dir or None, data_dir=data_cfg.tfds_dir or None)
     train = list(load_split(name, data_cfg.train_split, **kw))
     if data_cfg.dev_split == HOLDOUT:

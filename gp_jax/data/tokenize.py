@@ -11,8 +11,13 @@ import os
 import pathlib
 
 import numpy as np
+from tokenizers import normalizers
 
 from gp_jax.data.types import Encoding, Tokenizer
+
+# Deferred imports below: transformers is slow to import and only `HFTokenizer` needs it (char tokenizers and the
+# exported-folder reader do not); `load_tokenizer` imports the char tokenizer module when a folder holds one
+# (tests/data/test_tokenize.py stands a fake module in for it).
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,7 @@ class HFTokenizer:
   def __init__(self, path: str | os.PathLike, *, lowercase: bool | None = None):
     """`lowercase`: True/False sets the tokenizer's lowercasing (config `tokenizer.lowercase`); None keeps its own."""
     from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+
     path = pathlib.Path(path).expanduser()
     if not path.is_dir():
       raise FileNotFoundError(f"{path} is not a directory with tokenizer files (tokenizer.json, ...)")
@@ -90,8 +96,6 @@ class HFTokenizer:
 def _lowercases(normalizer) -> bool:
   """Whether a `tokenizers` normalizer lowercases (BertNormalizer(lowercase=True), Lowercase, or a Sequence
   holding one)."""
-  from tokenizers import normalizers  # pylint: disable=g-import-not-at-top
-
   if isinstance(normalizer, normalizers.BertNormalizer):
     return bool(normalizer.lowercase)
   if isinstance(normalizer, normalizers.Sequence):
@@ -103,8 +107,6 @@ def _set_lowercase(hf, lowercase: bool) -> None:
   """Sets a transformers fast tokenizer's lowercasing: BertNormalizer's `lowercase` flag, else a Lowercase
   normalizer prepended or removed; also `do_lower_case` where the class has it (its saved config rebuilds the
   normalizer from that flag)."""
-  from tokenizers import normalizers  # pylint: disable=g-import-not-at-top
-
   backend = hf.backend_tokenizer
   norm = backend.normalizer
   if isinstance(norm, normalizers.BertNormalizer):
@@ -142,5 +144,6 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     return HFTokenizer(directory, lowercase=manifest.get("lowercase"))
   if kind == "char":
     from gp_jax.data.char_tokenizer import CharTokenizer  # pylint: disable=g-import-not-at-top
+
     return CharTokenizer.load(directory)
   raise ValueError(f"{manifest_path}: unknown tokenizer kind {kind!r}")

@@ -31,11 +31,15 @@ import shutil
 import tempfile
 from typing import Any, Iterable
 
+import huggingface_hub
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
+from flax import nnx, serialization
+from huggingface_hub import HfApi, constants, errors
+from safetensors.numpy import load_file
 
+from gp_jax import storage
 from gp_jax.data import pypi_cache
 from gp_jax.models.bert import Bert, BertConfig
 
@@ -237,8 +241,6 @@ def _allow_patterns(names: Iterable[str], *, where: str, load_args: str | None =
 def _copy_url(url: str) -> pathlib.Path:
   """Copies config, tokenizer and weight files of a gs:// (any `gp_jax.storage` URL) folder once into
   <cache_root>/pretrained/<name>-<hash of the URL>; later calls reuse the copy."""
-  from gp_jax import storage  # pylint: disable=g-import-not-at-top
-
   slug = re.sub(r"[^A-Za-z0-9._-]+", "_", url.split("://", 1)[1]).strip("_")[-60:]
   dest = pypi_cache.cache_root() / "pretrained" / f"{slug}-{hashlib.sha1(url.encode()).hexdigest()[:10]}"
   if not (dest / ".complete").exists():
@@ -268,15 +270,11 @@ def _copy_url(url: str) -> pathlib.Path:
 
 
 def _hub_key(repo_id: str, revision: str | None) -> tuple:
-  from huggingface_hub import constants  # pylint: disable=g-import-not-at-top
-
   return ("hub", repo_id, revision, constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE, constants.ENDPOINT)
 
 
 def _hub_listing(repo_id: str, revision: str | None) -> tuple[str, list[str]] | None:
   """(commit, file names) of a hub revision; None when offline or the hub cannot be reached."""
-  from huggingface_hub import HfApi, constants, errors  # pylint: disable=g-import-not-at-top
-
   if constants.HF_HUB_OFFLINE:
     return None
   where = f"{repo_id}@{revision}" if revision else repo_id
@@ -298,9 +296,6 @@ def _one_line(e: Exception) -> str:
 
 def _hub_snapshot(repo_id: str, revision: str | None, patterns: list[str] | None) -> pathlib.Path:
   """snapshot_download of `patterns`; with None, the cached snapshot of the revision (no network)."""
-  import huggingface_hub  # pylint: disable=g-import-not-at-top
-  from huggingface_hub import constants, errors  # pylint: disable=g-import-not-at-top
-
   where = f"{repo_id}@{revision}" if revision else repo_id
   try:
     return pathlib.Path(huggingface_hub.snapshot_download(
@@ -442,8 +437,6 @@ def load_pretrained(path_or_name: str | os.PathLike, *, dtype=jnp.float32, overr
 
 
 def _read_safetensors(file: pathlib.Path) -> dict[str, np.ndarray]:
-  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
-
   return load_file(str(file))
 
 
@@ -452,8 +445,6 @@ def _read_flax(file: pathlib.Path) -> dict[str, np.ndarray]:
 
   Flax paths use '/' (`bert/encoder/layer/0/attention/self/query/kernel`); Dense kernels are [in, out], so they
   are transposed to PyTorch's [out, in]; `embedding` and LayerNorm `scale` become `weight`."""
-  from flax import serialization  # pylint: disable=g-import-not-at-top
-
   out = {}
 
   def walk(tree, prefix):

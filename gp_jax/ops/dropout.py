@@ -6,9 +6,8 @@ drawn from one of two bit sources:
   every mask's words of a step at once); per element,
   `lowbias32(lowbias32(i + k0) ^ k1)` of its flat index i (two rounds of Wellons' lowbias32 integer hash), a
   32-bit uniform; dropped when below round(rate * 2^32). Ten integer ops per element, so XLA fuses the mask
-  into the ops around it: on CPU the attention-probability masks cost nothing measurable this way, against 12%
-  of a MiniLM train step at B4xL512 with threefry masks (XLA computes a whole Threefry-2x32 call, 20 rounds,
-  for every element of a fused mask).
+  into the ops around it, where a threefry mask costs a whole Threefry-2x32 call, 20 rounds, per element
+  (measurements: docs/design.md, "Process settings").
 - "threefry": `jax.random.bits` (JAX's PRNG, whatever implementation the key has), 16 bits per draw.
   Drop probability round(rate * 2^16) / 2^16 (0.1 -> 0.100006).
 

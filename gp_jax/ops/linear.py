@@ -9,9 +9,8 @@ def flat_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_elem
   """`lax.dot_general` that runs `[..., K] @ [K, N]` as `[M, K] @ [K, N]` (leading axes flattened).
 
   Same value. On XLA:CPU the weight gradient of a `[B, L, K]` input otherwise contracts two axes, which
-  XLA lowers with a transposed copy of the `[B, L, N]` cotangent and a slower dot (about 2x the
-  2-D time for a `[8192, 384] x [384, 1280]` projection, forward + backward). Any other contraction,
-  or an explicit `out_sharding`, goes to `lax.dot_general` unchanged.
+  XLA lowers with a transposed copy of the `[B, L, N]` cotangent and a slower dot (docs/design.md, "Ops").
+  Any other contraction, or an explicit `out_sharding`, goes to `lax.dot_general` unchanged.
   """
   (lhs_contract, rhs_contract), (lhs_batch, _) = dimension_numbers
   if (

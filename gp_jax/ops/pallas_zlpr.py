@@ -375,9 +375,8 @@ _neg_term.defvjp(_neg_fwd, _neg_bwd)
 
 
 # The largest tile (of 128, 256, 512, 1024) whose loss + gradient compiles inside one chip's scoped VMEM, per TPU
-# generation and head (per-type q/k, or one shared head whose H per-type bias columns a program holds at once):
-# measured by compiling for each generation with libtpu on a CPU machine at L 4096, H 50, d 64, bf16 q/k
-# (docs/benchmarks/span_head.md, "TPU tiles"). A compiled kernel uses min(loss.block_size, this).
+# generation and head (per-type q/k, or one shared head whose H per-type bias columns a program holds at once); how
+# it was measured: docs/benchmarks/span_head.md, "TPU tiles". A compiled kernel uses min(loss.block_size, this).
 TPU_MAX_TILE: dict[tuple[str, str], int] = {
     ("v4", "per_type"): 1024, ("v5e", "per_type"): 1024, ("v5p", "per_type"): 1024, ("v6e", "per_type"): 1024,
     ("v4", "shared"): 256, ("v5e", "shared"): 512, ("v5p", "shared"): 256, ("v6e", "shared"): 512,

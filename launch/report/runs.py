@@ -11,8 +11,8 @@ from etils import epath
 from gp_jax.configs.base import get_config
 from launch import sweep
 
-# gp_jax's taggers and evaluate are imported where an older results.json needs them: they import jax and Flax
-# (seconds), which a report of current files never needs.
+# Deferred imports below: gp_jax's taggers and evaluate, where an older results.json needs them. They import jax and
+# Flax, slow to import, which a report of current files never needs (nor launch.tpu, which imports this module).
 
 _RUN_FILES = ("config.json", "results.json")
 _MAX_DEPTH = 8

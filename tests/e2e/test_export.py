@@ -306,7 +306,7 @@ def _gp_jax_imports(module) -> set[str]:
 
 
 def test_imports_go_one_way_and_old_names_resolve():
-  """export -> predict -> serving, never back (no cycle); the names that moved still resolve for one release."""
+  """export -> predict -> serving, never back (no cycle); the re-exported names resolve."""
   assert {"gp_jax.predict", "gp_jax.serving"} <= _gp_jax_imports(export)
   assert "gp_jax.serving" in _gp_jax_imports(predict) and "gp_jax.export" not in _gp_jax_imports(predict)
   assert not {"gp_jax.export", "gp_jax.predict"} & _gp_jax_imports(serving)
