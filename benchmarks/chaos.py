@@ -27,7 +27,10 @@ import sys
 import tempfile
 import time
 
+import jax
 import numpy as np
+
+from gp_jax import checkpoint as ckpt_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {"data.synthetic_records": 240, "data.max_eval_records": 48, "data.max_len": 48, "data.buckets": "()",
@@ -80,8 +83,6 @@ def time_to_first_log(workdir: str, env: dict, extra: dict | None = None) -> flo
 
 def same(a, b) -> tuple[bool, float]:
   """(bit-identical, max abs difference) of two trees of numpy arrays."""
-  import jax  # pylint: disable=g-import-not-at-top
-
   la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
   if len(la) != len(lb):
     return False, float("inf")
@@ -146,8 +147,6 @@ def main(argv=None):
       time.sleep(0.5)
     elif proc.returncode != 0:
       raise SystemExit(f"chaos: the run failed with exit status {proc.returncode}:\n{proc.stderr[-3000:]}")
-  from gp_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
-
   results = {}
   for sub in ("ckpt", "best"):
     (sa, a), (sb, b) = ckpt_lib.restore_numpy(ref_dir, sub=sub), ckpt_lib.restore_numpy(run_dir, sub=sub)

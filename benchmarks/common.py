@@ -24,6 +24,9 @@ import subprocess
 import time
 from typing import Callable, TypeVar
 
+# Deferred import below: jax, in machine_line only. Modules that set JAX_PLATFORMS before jax reads it import this one
+# first (benchmarks.head_scaling's tpu_tiles), and device_check's parent, which imports it, stays free of jax.
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import collections
 import contextlib
 import dataclasses
 import datetime
@@ -65,12 +66,26 @@ import os
 import pathlib
 import platform
 import re
+import resource
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import traceback
+from importlib import metadata
+
+import numpy as np
+
+from benchmarks import common
+from gp_jax import jax_private, runtime
+from gp_jax.data import corpora
+from gp_jax.data.sources import synthetic_records
+
+# Deferred imports below: jax and whatever imports it (jaxlib, flax, gp_jax's ops, models, aot and factory,
+# benchmarks.inputs and benchmarks.train_step) only in a stage's child, after the parent set that child's environment
+# (child_env: JAX_PLATFORMS, XLA_FLAGS, XLA_PYTHON_CLIENT_PREALLOCATE) and runtime.configure() ran; the parent stays
+# free of jax. torch and transformers: optional (the PyTorch anchor and the torch rows only) and slow to import.
 
 STAGES = ("versions", "trainer", "attention", "precision", "train_step", "span_loss", "extras")
 SHARES = {"versions": 0.5, "trainer": 7.0, "attention": 1.0, "precision": 1.6, "train_step": 5.0, "span_loss": 0.8,
@@ -112,8 +127,6 @@ def skipped(why: str) -> dict:
 
 
 def rel_err(a, b) -> float:
-  import numpy as np  # pylint: disable=g-import-not-at-top
-
   a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
   return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
@@ -188,8 +201,6 @@ def torch_reason() -> str | None:
 
 
 def _dist_version(*names: str) -> dict:
-  from importlib import metadata  # pylint: disable=g-import-not-at-top
-
   out = {}
   for name in names:
     try:
@@ -210,8 +221,6 @@ def stage_versions(rec: Recorder, ctx: dict) -> None:
           "packages": _dist_version("jax-cuda13-plugin", "jax-cuda13-pjrt", "jax-cuda12-plugin", "jax-cuda12-pjrt",
                                     "flax", "optax", "orbax-checkpoint", "torch", "transformers", "numpy")}
   try:
-    from gp_jax import jax_private  # pylint: disable=g-import-not-at-top
-
     cuda_versions = jax_private.cuda_versions()
     info["cudnn"] = cuda_versions.cudnn_get_version() if cuda_versions is not None else None
   except (AttributeError, RuntimeError) as e:
@@ -353,8 +362,6 @@ def parse_anchor_log(text: str) -> dict:
 def write_fake_bert(folder: pathlib.Path, texts, *, hf: dict, lowercase: bool, word_pieces: bool) -> dict:
   """A BERT folder (config.json, model.safetensors, fast tokenizer) with random weights and a char vocabulary of
   `texts` by frequency, written with transformers as a hub checkpoint would be; reused when its spec matches."""
-  import collections  # pylint: disable=g-import-not-at-top
-
   chars = collections.Counter()
   for text in texts:
     chars.update(text.lower() if lowercase else text)
@@ -420,12 +427,8 @@ def stage_trainer(rec: Recorder, ctx: dict) -> None:
   env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the runs name their cache folder
   env.update(s["env"])
   if ctx["tiny"]:
-    from gp_jax.data.sources import synthetic_records  # pylint: disable=g-import-not-at-top
-
     texts, data_root = [r["text"] for r in synthetic_records(600, seed=0, prefix="train")], None
   else:
-    from gp_jax.data import corpora  # pylint: disable=g-import-not-at-top
-
     data_root = pathlib.Path(args.data_dir) if args.data_dir else corpora.default_manual_dir(s["corpus"]).parent
     data_root = data_root.resolve()
     train_file = data_root / s["corpus"] / "train.json"
@@ -518,8 +521,6 @@ def anchor_reason(args, *, tiny: bool, backend: str | None) -> str | None:
 
 
 def _attention_inputs(B, L, H, K, seed):
-  import numpy as np  # pylint: disable=g-import-not-at-top
-
   rng = np.random.default_rng(seed)
   q, k, v, g = (rng.standard_normal((B, L, H, K)).astype(np.float32) for _ in range(4))
   lengths = rng.integers(1, L + 1, size=B)
@@ -543,7 +544,6 @@ def _attention_grads(fn, q, k, v, g):
 
 def stage_attention(rec: Recorder, ctx: dict) -> None:
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
 
   from gp_jax.ops import attention as attention_lib  # pylint: disable=g-import-not-at-top
 
@@ -604,7 +604,6 @@ def cudnn_dropout_probe(L: int, rate: float = 0.1) -> dict:
   static seed, then distinct seeds)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
 
   from gp_jax.ops import attention as attention_lib  # pylint: disable=g-import-not-at-top
 
@@ -838,7 +837,7 @@ def set_env(env: dict):
 def build_variant(v: StepVariant, s: dict) -> tuple:
   """-> (ProjectStep stepping the program compiled as the trainer compiles it, device batch, facts): `aot.train_program`
   + `aot.resolve` (its per-program XLA options) + `aot.compile_all`, with the variant's in-process env set."""
-  from gp_jax import aot, factory, runtime  # pylint: disable=g-import-not-at-top
+  from gp_jax import aot, factory  # pylint: disable=g-import-not-at-top
 
   with set_env({k: x for k, x in v.env.items() if k in IN_PROCESS_ENV}):
     compile_before, t0 = runtime.compile_seconds(), time.perf_counter()
@@ -858,8 +857,6 @@ def build_variant(v: StepVariant, s: dict) -> tuple:
 
 def plant_abort() -> None:
   """The tests' stand-in for cuDNN's abort: SIGABRT after building, without a core file."""
-  import resource  # pylint: disable=g-import-not-at-top
-
   with contextlib.suppress(ValueError, OSError):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
   print("planted abort: os.abort() after building the step (--plant_abort)", flush=True)
@@ -869,9 +866,6 @@ def plant_abort() -> None:
 def run_variant_child(args) -> int:
   """One variant's survival run, in its own process: build, compile, a first step, a few more timed; results in
   `_variant_KEY.json` as they come, so whatever kills the process leaves what it had."""
-  from benchmarks import common  # pylint: disable=g-import-not-at-top
-  from gp_jax import runtime  # pylint: disable=g-import-not-at-top
-
   runtime.configure()
   v = {**(PLANTED if args.plant_abort else {}), **TRAIN_VARIANTS}[args.variant]
   s = shapes(args.tiny)["train"]
@@ -948,7 +942,6 @@ def _variant_timeout(left: float, todo: int, tiny: bool) -> float:
 def stage_train_step(rec: Recorder, ctx: dict) -> None:
   """Each of our variants first alone in its own process (an abort there loses only its row), then the survivors
   and the PyTorch port in alternating rounds in this one."""
-  from benchmarks import common  # pylint: disable=g-import-not-at-top
   from benchmarks.train_step import bert_gp_train_flops  # pylint: disable=g-import-not-at-top
 
   s, args = ctx["shapes"]["train"], ctx["args"]
@@ -1054,10 +1047,8 @@ def stage_train_step(rec: Recorder, ctx: dict) -> None:
 def stage_span_loss(rec: Recorder, ctx: dict) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
 
-  from benchmarks import common  # pylint: disable=g-import-not-at-top
   from gp_jax.models import GlobalPointer  # pylint: disable=g-import-not-at-top
 
   s = ctx["shapes"]["span"]
@@ -1102,8 +1093,6 @@ def stage_span_loss(rec: Recorder, ctx: dict) -> None:
 def stage_extras(rec: Recorder, ctx: dict) -> None:
   import jax  # pylint: disable=g-import-not-at-top
 
-  from benchmarks import common  # pylint: disable=g-import-not-at-top
-
   s = ctx["shapes"]["extras"]
   fns = {}
   for bits in ("threefry", "hash"):  # model.dropout_bits ($GP_JAX_DROPOUT_BITS, when set, overrides both)
@@ -1144,8 +1133,6 @@ STAGE_FNS = {"versions": stage_versions, "trainer": stage_trainer, "attention": 
 
 
 def run_child(args) -> int:
-  from gp_jax import runtime  # pylint: disable=g-import-not-at-top
-
   if args.variant:
     return run_variant_child(args)
   runtime.configure()

@@ -59,7 +59,14 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 from benchmarks import common
+from gp_jax import runtime
+from gp_jax.data import batching
+
+# Deferred imports below: jax and whatever imports it (flax, gp_jax's models, ops, evaluate, factory and sharding,
+# benchmarks.inputs), for the reason the docstring ends with.
 
 MODES = ("dense", "blockwise", "banded", "pallas")
 DEFAULT_MODES = ("dense", "blockwise", "banded")
@@ -73,10 +80,8 @@ def run_child(spec: dict) -> dict:
   """Times one shape in this process; returns seconds per step and peak RSS."""
   import jax
   import jax.numpy as jnp
-  import numpy as np
   from flax import nnx
 
-  from gp_jax import runtime
   from gp_jax.models import GlobalPointer
 
   if spec["runtime"]:
@@ -211,7 +216,6 @@ def speed_main(argv) -> None:
   import jax
 
   from gp_jax import sharding as shd
-  from gp_jax.data import batching
   from gp_jax.evaluate import model_batch
   from gp_jax.factory import prepare_data
 
@@ -266,7 +270,6 @@ def try_tile(devices, *, head: str, tile: int, B: int, L: int, H: int, d: int = 
   """Compiles the Pallas ZLPR loss + gradient at one tile for one TPU chip; -> ok, seconds, GFLOP, GB or error."""
   import jax
   import jax.numpy as jnp
-  import numpy as np
   from jax.sharding import NamedSharding, PartitionSpec as P
 
   from gp_jax.ops import blockwise_zlpr_loss

@@ -10,11 +10,14 @@ import os
 import jax
 import numpy as np
 
+from experiments import msra_scratch
 from gp_jax import aot
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax import steps
+from gp_jax.configs import base
 from gp_jax.evaluate import model_batch
+from gp_jax.models.pretrained import minilm_l6_path
 from gp_jax.optim import make_optimizer
 
 MSRA_TYPES = ("LOC", "ORG", "PER")
@@ -89,8 +92,6 @@ class ProjectStep:
 
 def msra_config():
   """`experiments/msra_scratch.py`'s config (the README main job)."""
-  from experiments import msra_scratch  # pylint: disable=g-import-not-at-top
-
   return msra_scratch.get_config()
 
 
@@ -112,8 +113,6 @@ def encoder_source(model: str, layers: int):
   if model == "bert-base":
     hf, pretrained = dict(BERT_BASE), None
   else:
-    from gp_jax.models.pretrained import minilm_l6_path  # pylint: disable=g-import-not-at-top
-
     pretrained = minilm_l6_path()
     with open(os.path.join(pretrained, "config.json")) as f:
       hf = json.load(f)
@@ -129,8 +128,6 @@ def bert_inputs(hf: dict):
 
 
 def bert_config(num_types: int, head_size: int):
-  from gp_jax.configs import base  # pylint: disable=g-import-not-at-top
-
   c = base.get_config("encoder=bert")
   c.model.pretrained = "minilm"
   c.model.head = "standard"

@@ -21,7 +21,11 @@ import glob
 import gzip
 import json
 import re
+import shutil
 import sys
+
+# Deferred imports below: jax, gp_jax and benchmarks.inputs / device_check in `capture` only, since `table` runs in a
+# separate venv with xprof that has neither jax nor gp_jax; xprof itself is optional (the `table` venv only).
 
 OPTAX_FILES = ("update.py", "_clipping.py", "_tree_math.py", "numerics.py", "transform.py", "alias.py")
 HEAD_FILES = ("heads.py", "rope.py", "spans.py", "losses.py", "blockwise.py")
@@ -31,8 +35,6 @@ MODELS = ("minilm", "bert2", "bert-base")  # bert2: BERT-base's width and vocabu
 
 
 def capture(shape: str, out: str, steps: int, model: str = "minilm") -> None:
-  import shutil  # pylint: disable=g-import-not-at-top
-
   import jax  # pylint: disable=g-import-not-at-top
 
   from benchmarks import inputs  # pylint: disable=g-import-not-at-top

@@ -34,9 +34,15 @@ import time
 import numpy as np
 
 from benchmarks import common
+from experiments import synthetic
 from gp_jax import runtime
-from gp_jax.data import batching, merge, windows
+from gp_jax.data import batching, load_split, merge, windows
+from gp_jax.data.char_tokenizer import CharTokenizer
 from gp_jax.data.types import Encoding
+
+# Deferred imports below: transformers (with torch: seconds to import), for --host_share's tiny BERT only; jax and
+# gp_jax's feed and train (they import jax) in the --host_share child, after runtime.configure(), which may set
+# JAX_PLATFORMS (read when jax is imported).
 
 TYPES = ("PER", "LOC", "ORG")
 
@@ -96,7 +102,7 @@ CALLS_RE = re.compile(r"(\d+) steps in (\d+) calls")
 def write_tiny_bert(directory: str, *, layers: int, hidden: int, heads: int, intermediate: int) -> None:
   """A random transformers BertModel saved as an HF folder, with a vocab.txt of the synthetic task's characters (and
   their ## forms), so `model.pretrained=DIR` opens it like any local checkpoint."""
-  from transformers import BertConfig, BertModel  # noqa: PLC0415 (torch + transformers: seconds to import)
+  from transformers import BertConfig, BertModel  # noqa: PLC0415
 
   os.makedirs(directory, exist_ok=True)
   vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *CHARS, *("##" + c for c in CHARS)]
@@ -110,8 +116,6 @@ def write_tiny_bert(directory: str, *, layers: int, hidden: int, heads: int, int
 def child_config(args, k: int):
   """experiments/synthetic.py as a BERT fine-tuning run (its optimizer groups), sized so one epoch covers every step
   (no epoch boundary splits a k-step call) and dev evaluation and the checkpoint come only after the last step."""
-  from experiments import synthetic  # noqa: PLC0415
-
   c = synthetic.get_config("encoder=bert")
   c.model.pretrained = args.bert_dir
   c.model.dropout = 0.1  # hidden and attention dropout (model.attention_dropout=-1)
@@ -296,14 +300,12 @@ def main(argv=None):
   args.max_len, args.batch_size = args.max_len or 256, args.batch_size or 32
 
   if args.corpus:
-    from gp_jax.data import load_split  # noqa: PLC0415 (optional: needs the corpus)
     records = list(load_split(args.corpus, args.split))
     types = tuple(sorted({e["type"] for r in records for e in r["entities"]}))
     source = f"{args.corpus}/{args.split}"
   else:
     records, types, source = synthetic_records(args.records, args.seed), TYPES, "synthetic"
   if args.tokenizer == "char":
-    from gp_jax.data.char_tokenizer import CharTokenizer  # noqa: PLC0415
     tok = CharTokenizer.build([r["text"] for r in records])  # not timed
     source += "+CharTokenizer"
   else:

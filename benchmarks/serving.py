@@ -24,12 +24,14 @@ import tempfile
 from benchmarks import common
 from benchmarks.inputs import bert_inputs, encoder_source, synthetic_batch
 from benchmarks.train_step import torch_global_pointer
+from experiments import synthetic
+from gp_jax import runtime, serving, train
+
+# Deferred imports below: torch (optional, the torch side only, seconds to import); gp_jax.export and gp_jax.predict
+# in main only, as they define absl flags (--workdir, ...) when imported, which gp_jax.main defines too.
 
 
 def trained_workdir(workdir: str, *, steps: int, max_len: int) -> None:
-  from experiments import synthetic  # pylint: disable=g-import-not-at-top
-  from gp_jax import train  # pylint: disable=g-import-not-at-top
-
   c = synthetic.get_config("encoder=bert")
   c.model.pretrained, c.model.head_size, c.model.dropout = "minilm", 64, 0.1
   c.data.max_len, c.data.buckets, c.data.synthetic_records, c.data.max_eval_records = max_len, (max_len,), 200, 32
@@ -65,7 +67,7 @@ def main(argv=None):
   p.add_argument("--train_steps", type=int, default=20, help="training steps before export")
   p.add_argument("--no-torch", action="store_true", help="leave the PyTorch port out")
   args = p.parse_args(argv)
-  from gp_jax import export, predict, runtime, serving  # pylint: disable=g-import-not-at-top
+  from gp_jax import export, predict  # pylint: disable=g-import-not-at-top
 
   runtime.configure()
   batches = [int(x) for x in args.batches.split(",")]

@@ -78,6 +78,9 @@ from benchmarks.inputs import (MSRA_TYPES, ProjectStep, bert_config, bert_inputs
 from gp_jax import factory, ops, runtime
 from gp_jax.ops import dropout as dropout_lib
 
+# Deferred imports below: torch and transformers, where the PyTorch side is built: optional (the side is skipped
+# without them) and seconds to import.
+
 MODELS = {"minilm": ("all-MiniLM-L6-v2", "16x128,4x512"),  # name, default shapes
           "bert-base": ("BERT-base (bert-base-chinese shape)", "16x256")}
 COMPILER_HINT = ("inductor on CPU needs a C++ compiler: install one from a package registry (apt-get install g++, "
@@ -135,8 +138,8 @@ def host_input_readout(ours, batch: dict, step_s: float, repeats: int = 7) -> st
 
 # ----------------------------------------------------------------------------- PyTorch port
 # transformers' BertModel + a GlobalPointer head as the public ports write it (GlobalPointer_pytorch: dense logits,
-# 1e12 masks, sinusoidal RoPE) and their dense multi-label ZLPR loss; torch and transformers imported when called
-# (seconds to import), on CUDA when there is a GPU. benchmarks.serving times the same port.
+# 1e12 masks, sinusoidal RoPE) and their dense multi-label ZLPR loss, on CUDA when there is a GPU. benchmarks.serving
+# times the same port.
 
 
 def torch_global_pointer(hf: dict, pretrained, *, num_types: int, head_size: int):

@@ -40,7 +40,6 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
-from gp_jax import predict  # also defines the flags --workdir, --batch_size and --threshold
 from gp_jax import storage
 from gp_jax.errors import UserError
 from gp_jax.models.heads import HEADS
@@ -49,7 +48,9 @@ from gp_jax.serving import BATCH_FIELDS, FORMAT_VERSION, MANIFEST, MODEL_FILES, 
 # Re-exported for compatibility; import them from gp_jax.serving.
 from gp_jax.serving import ExportedModel, host_span_hits, load_exported  # noqa: F401  pylint: disable=unused-import
 
-# Deferred import below: jax2onnx, an optional dependency (the `onnx` extra, installed in a separate environment).
+# Deferred imports below: gp_jax.predict, which defines its CLI flags (--workdir, --batch_size, --threshold) when
+# imported, so only export's CLI and `export_workdir` import it (a library import beside gp_jax.main must not); and
+# jax2onnx, an optional dependency (the `onnx` extra, installed in a separate environment).
 
 DEFAULT_HIT_BUFFER = 4096
 # The precision policy of an export is resolved as for this platform wherever export runs: model.dtype=auto is
@@ -142,6 +143,8 @@ def export_workdir(workdir, out, *, fmt: str = "stablehlo", platforms=None, hit_
                    batch_size: int = 0, threshold: float | None = None) -> dict:
   """Restores `workdir` (as predict does) and writes the serving folder `out`; returns the manifest. `threshold`:
   the folder's default (None: the workdir's dev-tuned one, else 0)."""
+  from gp_jax import predict  # pylint: disable=g-import-not-at-top
+
   try:
     p = predict.Predictor(workdir, threshold=threshold, platform=PORTABLE_POLICY, attention="xla")
   except UserError as e:
@@ -218,6 +221,8 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
 
 
 def _define_flags():
+  from gp_jax import predict  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (its flags)
+
   flags.DEFINE_string("out", None, "Folder to write, local or gs://.")
   flags.DEFINE_enum("format", "stablehlo", sorted(MODEL_FILES), "Serialized artifact format.")
   flags.DEFINE_list("platforms", [], "StableHLO lowering platforms (cpu, cuda, tpu); default: this machine's.")
