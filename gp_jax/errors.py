@@ -11,10 +11,28 @@ from __future__ import annotations
 import errno
 import os
 import re
+import sys
 
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # EFBIG: a file past RLIMIT_FSIZE
 _TS_OS_ERROR = re.compile(r"os_error_code='(\d+)'")  # how tensorstore's errors carry errno
 _TS_PATH = re.compile(r'Failed writing: "([^"]+)"')
+
+
+HELP_FLAGS = ("help", "h", "?", "helpshort", "helpfull", "helpxml")
+
+
+def help_exits_zero(parse):
+  """An absl `flags_parser` that exits 0 after printing the help a user asked for (absl's own exits 1)."""
+
+  def parse_flags(argv):
+    try:
+      return parse(argv)
+    except SystemExit as e:
+      if e.code == 1 and any(a.lstrip("-").split("=")[0] in HELP_FLAGS for a in argv[1:] if a.startswith("-")):
+        sys.exit(0)
+      raise
+
+  return parse_flags
 
 
 class UserError(ValueError):

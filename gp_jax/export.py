@@ -41,7 +41,7 @@ from absl import app, flags
 from flax import nnx
 
 from gp_jax import storage
-from gp_jax.errors import UserError
+from gp_jax.errors import UserError, help_exits_zero
 from gp_jax.models.heads import HEADS
 from gp_jax.models.taggers import TAGGERS
 from gp_jax.serving import BATCH_FIELDS, FORMAT_VERSION, MANIFEST, MODEL_FILES, OUTPUTS, ExportError
@@ -251,4 +251,4 @@ def main(argv, flags_):
 
 if __name__ == "__main__":
   _FLAGS = _define_flags()
-  app.run(lambda argv: main(argv, _FLAGS))
+  app.run(lambda argv: main(argv, _FLAGS), flags_parser=help_exits_zero(app.parse_flags_with_usage))

@@ -19,7 +19,7 @@ from ml_collections import config_flags
 
 from gp_jax import checkpoint, lease, runtime, storage, train
 from gp_jax.configs.args import check_override_keys
-from gp_jax.errors import UserError, storage_full
+from gp_jax.errors import UserError, help_exits_zero, storage_full
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (get_config(arg)).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory (local or gs://) for checkpoints, logs and results; "
@@ -45,7 +45,7 @@ def _exit_with(message) -> None:
 def parse_flags(argv):
   try:
     return flags.FLAGS(argv)
-  except (KeyError, AttributeError, flags.IllegalFlagValueError) as e:
+  except (KeyError, AttributeError, flags.Error) as e:
     user = _user_error(e)
     _exit_with(user if user is not None else check_override_keys(argv) or e)
 
@@ -90,4 +90,4 @@ def _last_checkpoint(workdir) -> str:
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=parse_flags)
+  app.run(main, flags_parser=help_exits_zero(parse_flags))

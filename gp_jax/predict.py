@@ -33,6 +33,7 @@ from gp_jax import sharding as shd
 from gp_jax import storage
 from gp_jax.data import batching, cblue
 from gp_jax.data.sources import load_records
+from gp_jax.errors import help_exits_zero
 from gp_jax.serving import ExportedPredictor, ExportError, UserError, WindowPredictor, check_threshold
 # Re-exported for compatibility; import it from gp_jax.serving.
 from gp_jax.serving import model_inputs  # noqa: F401  pylint: disable=unused-import
@@ -267,4 +268,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=help_exits_zero(app.parse_flags_with_usage))

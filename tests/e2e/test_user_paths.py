@@ -7,6 +7,8 @@ import os
 import pathlib
 import random
 import string
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -122,6 +124,18 @@ def test_user_files_through_the_config(tmp_path):
                                                    "data.dev_file": jsonl["dev"]}), str(tmp_path / "jsonl"))
   assert same["split_stats"] == results["split_stats"]
   assert same["dev"]["f1"] == pytest.approx(results["dev"]["f1"], abs=1e-6)
+
+
+def test_help_exits_zero_and_an_unknown_flag_is_one_line():
+  env = ht.subprocess_env(devices=1)
+  for module, flag in (("gp_jax.main", "--config"), ("gp_jax.predict", "--exported"), ("gp_jax.export", "--out")):
+    out = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ht.REPO, env=env, capture_output=True,
+                         text=True, timeout=TIMEOUT)
+    assert out.returncode == 0 and flag in out.stdout, (module, out.returncode, out.stderr[-2000:])
+  out = subprocess.run([sys.executable, "-m", "gp_jax.main", "--config_file=x.py"], cwd=ht.REPO, env=env,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+  assert out.returncode == 2 and out.stderr.strip() == ("error: Unknown command line flag 'config_file'. Did you mean: "
+                                                        "config ?"), out.stderr
 
 
 def test_config_checks_fail_early_with_one_line(tmp_path):
