@@ -819,27 +819,12 @@ def variant_reason(v) -> str | None:
   return None
 
 
-@contextlib.contextmanager
-def set_env(env: dict):
-  """`env` in os.environ inside the block, the old values back after it."""
-  before = {k: os.environ.get(k) for k in env}
-  os.environ.update(env)
-  try:
-    yield
-  finally:
-    for k, old in before.items():
-      if old is None:
-        os.environ.pop(k, None)
-      else:
-        os.environ[k] = old
-
-
 def build_variant(v: StepVariant, s: dict) -> tuple:
   """-> (ProjectStep stepping the program compiled as the trainer compiles it, device batch, facts): `aot.train_program`
   + `aot.resolve` (its per-program XLA options) + `aot.compile_all`, with the variant's in-process env set."""
   from gp_jax import aot, factory  # pylint: disable=g-import-not-at-top
 
-  with set_env({k: x for k, x in v.env.items() if k in IN_PROCESS_ENV}):
+  with runtime.environ({k: x for k, x in v.env.items() if k in IN_PROCESS_ENV}):
     compile_before, t0 = runtime.compile_seconds(), time.perf_counter()
     step, dbatch, flops, _ = project_step(s["hf"], batch=s["B"], seq=v.seq(s), **v.model)
     if v.plant:  # before compiling: the tests' stand-in costs no compile

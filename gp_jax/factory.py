@@ -199,9 +199,11 @@ def tag_scheme(config) -> str | None:
 
 
 def split_options(config) -> dict:
-  """The `windows.prepare_split` arguments a config sets (window length, stride, span width)."""
-  c = config.data
-  return dict(max_len=c.max_len, stride=c.stride or None, max_span_width=c.max_span_width or None)
+  """The `windows.prepare_split` arguments a config sets: window length, stride (None: half a window), span width
+  (None: unlimited)."""
+  d = config.data
+  return dict(max_len=int(d.max_len), stride=int(d.get("stride", 0)) or None,
+              max_span_width=int(d.get("max_span_width", 0)) or None)
 
 
 def prepare_split(config, records, tokenizer, types, *, name: str):
@@ -340,8 +342,7 @@ def run_spec(config, platform: str | None = None) -> RunSpec:
       ema_warmup=bool(config.optimizer.get("ema_warmup", False)), adversarial=Adversarial.from_config(config),
       tune_threshold=bool(get("tune_threshold", False)), optimizer=OptimizerSpec.from_config(config.optimizer),
       batch_size=int(get("batch_size", 32)), eval_batch_size=int(get("eval_batch_size", 128)),
-      buckets=_tuple_or_none(d.get("buckets")), bucket_run=int(d.get("bucket_run", 0)), max_len=int(d.max_len),
-      stride=int(d.get("stride", 0)) or None, max_span_width=int(d.get("max_span_width", 0)) or None,
+      buckets=_tuple_or_none(d.get("buckets")), bucket_run=int(d.get("bucket_run", 0)), **split_options(config),
       checkpoint_every_steps=int(get("checkpoint_every_steps", 500)), keep_checkpoints=int(get("keep_checkpoints", 2)),
       eval_every_steps=int(get("eval_every_steps", 0)),
       early_stop_patience=float(get("early_stop_patience", 0)), log_every_steps=int(get("log_every_steps", 100)),

@@ -18,6 +18,7 @@ Measurements behind these choices: docs/design.md ("Process settings") and docs/
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import importlib.util
@@ -127,6 +128,21 @@ def dropout_bits() -> str:
   import jax  # pylint: disable=g-import-not-at-top
 
   return resolve_dropout_bits("auto", jax.default_backend())
+
+
+@contextlib.contextmanager
+def environ(values: dict):
+  """`values` in os.environ inside the block; each variable back to what it was (or unset) after it."""
+  before = {k: os.environ.get(k) for k in values}
+  os.environ.update(values)
+  try:
+    yield
+  finally:
+    for k, old in before.items():
+      if old is None:
+        os.environ.pop(k, None)
+      else:
+        os.environ[k] = old
 
 
 def configure_platforms() -> str | None:

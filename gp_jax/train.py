@@ -1,8 +1,9 @@
 """Training and evaluation: `train_and_evaluate(config, workdir)`.
 
 Reads top to bottom as phases: run setup (distributed, workdir, mesh, checks), data (the splits and the training
-iterator), state (model, optimizer; started as gp_jax/resume.py decides), the loop (dispatch step N, then look at step N-1; dev evaluation keeps the best
-parameters), final evaluation and results.json. Only main.py and tests import this module.
+iterator), state (model, optimizer; started as gp_jax/resume.py decides), the loop (dispatch step N, then look at
+step N-1; dev evaluation keeps the best parameters), final evaluation and results.json. Only main.py and tests import
+this module.
 """
 
 from __future__ import annotations

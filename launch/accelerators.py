@@ -212,14 +212,8 @@ def _libtpu_env(accelerator_type: str):
   here there is no metadata server to ask (its start-up warnings stay quiet)."""
   values = {"ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TPU_SKIP_MDS_QUERY": "1", "TPU_ACCELERATOR_TYPE": accelerator_type,
             "TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0"}
-  old = {k: os.environ.get(k) for k in values}
-  os.environ.update({k: v for k, v in values.items() if old[k] is None})
-  try:
+  with runtime.environ({k: v for k, v in values.items() if k not in os.environ}):  # the user's settings win
     yield
-  finally:
-    for k, v in old.items():
-      if v is None:
-        os.environ.pop(k, None)
 
 
 def _gpu_plugin_on_path() -> None:

@@ -14,6 +14,8 @@ import urllib.request
 
 import portpicker
 
+from gp_jax import runtime
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -45,16 +47,8 @@ def emulator(*args: str):
       url = f"http://127.0.0.1:{port}"
       env = {"STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test",
              "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
-      old = {k: os.environ.get(k) for k in env}
-      os.environ.update(env)
-      try:
+      with runtime.environ(env):
         yield url, env
-      finally:
-        for k, v in old.items():
-          if v is None:
-            os.environ.pop(k, None)
-          else:
-            os.environ[k] = v
     finally:
       proc.kill()
       proc.wait()

@@ -94,3 +94,14 @@ def test_rolled_and_unrolled_lowerings_draw_the_same_dropout_masks(children):
 def test_malloc_settings_turn_off_mmap_trimming_and_arenas():
   s = runtime.malloc_settings()
   assert s["M_MMAP_MAX"] == 0 and s["M_ARENA_MAX"] == 1 and s["M_TRIM_THRESHOLD"] >= 2 ** 30
+
+
+def test_environ_sets_then_restores_each_variable(monkeypatch):
+  monkeypatch.setenv("GP_JAX_TEST_SET", "before")
+  monkeypatch.delenv("GP_JAX_TEST_UNSET", raising=False)
+  with runtime.environ({"GP_JAX_TEST_SET": "inside", "GP_JAX_TEST_UNSET": "inside"}):
+    assert os.environ["GP_JAX_TEST_SET"] == "inside" and os.environ["GP_JAX_TEST_UNSET"] == "inside"
+  assert os.environ["GP_JAX_TEST_SET"] == "before" and "GP_JAX_TEST_UNSET" not in os.environ
+  with pytest.raises(RuntimeError), runtime.environ({"GP_JAX_TEST_UNSET": "inside"}):
+    raise RuntimeError
+  assert "GP_JAX_TEST_UNSET" not in os.environ
