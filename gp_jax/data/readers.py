@@ -7,6 +7,7 @@ raises `DataError` naming the file, the line and what was expected.
 
 from __future__ import annotations
 
+import codecs
 import collections
 import dataclasses
 import io
@@ -96,23 +97,34 @@ class Records(list):
 PathOrFile = str | os.PathLike | TextIO
 
 
-def _open(source: PathOrFile, name: str | None) -> tuple[TextIO, str, bool]:
-  """-> (text file, name for messages, whether we opened it)."""
+def _open(source: PathOrFile, name: str | None) -> tuple[Any, str, bool]:
+  """-> (file, name for messages, whether we opened it); a path is opened in binary for `text_lines`."""
   if isinstance(source, (str, os.PathLike)):
-    return open(source, encoding="utf-8-sig"), name or os.fspath(source), True
-  if isinstance(source, io.TextIOBase) or hasattr(source, "readline"):
+    return open(source, "rb"), name or os.fspath(source), True
+  if isinstance(source, io.IOBase) or hasattr(source, "readline"):
     return source, name or str(getattr(source, "name", "<stream>")), False
-  raise TypeError(f"expected a path or a text file, got {type(source).__name__}")
+  raise TypeError(f"expected a path or a file, got {type(source).__name__}")
 
 
-def _lines(f: TextIO, name: str) -> Iterator[tuple[int, str]]:
-  """(1-based line number, line without its newline); UnicodeDecodeError -> DataError."""
-  lineno = 0
-  try:
-    for lineno, line in enumerate(f, 1):
-      yield lineno, line.rstrip("\r\n")
-  except UnicodeDecodeError as e:
-    raise DataError(name, lineno + 1, f"not valid UTF-8 ({e.reason})", reason="encoding") from e
+def text_lines(f: Any, name: str) -> Iterator[tuple[int, str]]:
+  """(1-based line number, line without its line break) of a binary or text file, decoded as strict UTF-8 one
+  line at a time, so that a bad byte is reported at its own line (a text file is read through its byte buffer
+  when it has one, as sys.stdin does). A UTF-8 byte-order mark at the start is dropped."""
+  raw = getattr(f, "buffer", f)
+  for lineno, line in enumerate(raw, 1):
+    if isinstance(line, bytes):
+      if lineno == 1 and line.startswith(codecs.BOM_UTF8):
+        line = line[len(codecs.BOM_UTF8):]
+      try:
+        line = line.decode("utf-8")
+      except UnicodeDecodeError as e:
+        column = len(line[:e.start].decode("utf-8", "replace")) + 1
+        raise DataError(name, lineno, f"not valid UTF-8: byte 0x{line[e.start]:02x} at column {column} ({e.reason}); "
+                        "convert the file to UTF-8 (e.g. iconv -f GB18030 -t UTF-8)",
+                        reason="encoding") from None
+    elif lineno == 1:
+      line = line.removeprefix("\ufeff")
+    yield lineno, line.rstrip("\r\n")
 
 
 def check_entities(text: str, entities: Sequence[Entity], *, where: str, line: int | None) -> None:
@@ -207,7 +219,7 @@ def read_jsonl(path: PathOrFile, *, strict: bool = True, allow_unlabelled: bool 
   records: list[Record] = []
   n = 0
   try:
-    for line, raw in _lines(f, where):
+    for line, raw in text_lines(f, where):
       if not raw.strip():
         continue
       n += 1
@@ -268,7 +280,7 @@ def _conll_sentences(f: TextIO, where: str, *, token_col: int, tag_cols: Sequenc
   """Groups token lines into sentences; tag_cols None = the last column."""
   ncols = first_line = None  # column count, fixed by the first token line
   cur = None
-  for line, raw in _lines(f, where):
+  for line, raw in text_lines(f, where):
     cols = raw.split(sep) if sep is not None else _COLUMN_SEP.split(raw.strip(" \t"))
     if not raw.strip(" \t") or cols[0] == DOCSTART or (len(cols) > token_col and cols[token_col] == DOCSTART):
       if cur is not None:  # blank or -DOCSTART- line: end of sentence

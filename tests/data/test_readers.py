@@ -110,7 +110,7 @@ def test_jsonl_bad_input_lenient(tmp_path, bad, reason, message, caplog):
 def test_jsonl_not_utf8(tmp_path):
   path = tmp_path / "latin.jsonl"
   path.write_bytes(b'{"text": "ab", "entities": []}\n{"text": "\xe9", "entities": []}\n')
-  with pytest.raises(DataError, match="latin.jsonl.*not valid UTF-8"):
+  with pytest.raises(DataError, match="latin.jsonl:2: not valid UTF-8"):
     read_jsonl(path)
 
 
