@@ -10,12 +10,16 @@ compilation cache (--cache_dir); the numerics stages (attention, precision) comp
               matmul precision on the GPU) and strict f32 matmul peaks
   trainer     the real trainer as a user runs it, `python -m gp_jax.main --config=experiments/su2022.py:dataset=
               cluener2020,epochs=2` on a BERT-base-Chinese-shaped checkpoint with random weights (written here with
-              transformers; CLUENER from --data_dir): cold compilation cache, warm, the PyTorch port (--anchor, its
-              own script) on the same card, the warm run at one step per call (su2022 runs k per call), the
-              efficient head after those (--trainer_runs picks). Per run, from its log: first step, each program
-              compiled ahead (seconds, cache hit or miss), dev evaluations, steady ms/step by bucket, checkpoints,
-              whole wall, dev F1. A call of its own: `--stages=versions,trainer --budget_s=560`
-              (docs/device/README.md)
+              transformers; CLUENER from --data_dir), in this order (--trainer_runs picks; what no longer fits the
+              stage's limit is skipped, "no time left"): cold compilation cache, the PyTorch port (--anchor, its own
+              script) on the same card, warm, fused vs reference, the warm run at one step per call (su2022 runs k per
+              call), the efficient head. Per run, from its log: first step, each program compiled ahead (seconds,
+              cache hit or miss), dev evaluations, steady ms/step by bucket, checkpoints, whole wall, dev F1.
+              Fused vs reference: the 2-layer BERT-base-width step (precision's model, batch and lr) with
+              model.kernels=fused and optimizer.update=fused, then kernels=reference and update=optax, each in its
+              own process (an abort loses its side only), same init and dropout masks, 30 steps: largest loss
+              difference against the bf16-vs-f32 gap (BF16_F32_GAP: pass or fail), parameters after one step.
+              A call of its own: `--stages=versions,trainer --budget_s=520` (docs/device/README.md)
   attention   first cuDNN's fused dropout, read off exactly (one-hot values): drop rate, and whether its masks differ
               between two steps (calls) and between layers (seeds), the condition for using it in training
               (`gp_jax.ops.attention.CUDNN_DROPOUT_VERIFIED`); then cuDNN vs XLA attention in bf16 against an f32
@@ -42,11 +46,12 @@ compilation cache (--cache_dir); the numerics stages (attention, precision) comp
 DIR gets device_check.json (a section per stage with its status: ok, skipped (why), failed (error), timeout; the
 rows a stage lost on its way under "lost"), device_check.md (the same as tables) and device_check.log (the children's
 output, the trainer runs' and the variants' too). `--tiny`: every stage on tiny shapes on the CPU (torch and cuDNN
-parts skipped with their reason; the trainer on synthetic data with a 2-layer BERT); the test suite runs it.
+parts skipped with their reason; the trainer on synthetic data with a 2-layer BERT, fused vs reference forced on
+the CPU); the test suite runs it.
 
 On the lent GPU (docs/device/README.md: wheels from `benchmarks/device_wheels.sh`, installed offline), in two calls
 of at most 600 s:
-  python -m benchmarks.device_check --out=$OUT --stages=versions,trainer --budget_s=560 --data_dir=.devcarry/data \
+  python -m benchmarks.device_check --out=$OUT --stages=versions,trainer --budget_s=520 --data_dir=.devcarry/data \
     --anchor=.devcarry/torch_cluener.py
   python -m benchmarks.device_check --out=$OUT --stages=versions,attention,precision,train_step,span_loss,extras \
     --budget_s=480
@@ -60,6 +65,7 @@ import collections
 import contextlib
 import dataclasses
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -142,7 +148,8 @@ def shapes(tiny: bool) -> dict:
   if tiny:
     trainer = {"config": "experiments/synthetic.py:encoder=bert", "corpus": None, "lowercase": False, "min_run_s": 5,
                "hf": dict(tiny_bert, max_position_embeddings=128, vocab_size=None),
-               "runs": ("cold", "warm", "anchor", "warm_k1"),  # other_head: a third cold compile, ~30 s here
+               # other_head: a third cold compile, ~30 s here
+               "runs": ("cold", "anchor", "warm", "fused_vs_reference", "warm_k1"),
                # 24 steps before the first evaluation: fewer would leave a model whose hits overflow the eval's hit
                # buffer, and the bigger buffer's program compiles on first use
                "overrides": ["--config.num_train_steps=48", "--config.num_epochs=0", "--config.eval_every_steps=24",
@@ -152,6 +159,7 @@ def shapes(tiny: bool) -> dict:
                "env": {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}}  # CPU programs compile in under 1 s
     return {"peak_n": 256, "trainer": trainer, "attn": dict(B=3, lengths=(16, 12), heads=2, head_dim=8), "probe_L": 8,
             "precision": dict(hf=tiny_bert, B=2, L=16, steps=3), "train": dict(hf=tiny_bert, B=2, L=16, steps=2),
+            "kernels": dict(hf=tiny_bert, B=2, L=16, steps=30, lr=1e-4, min_s=5, child_s=90),
             "span": dict(lengths=(32, 64), H=4, D=32, block=16, iters=2),
             "extras": dict(hf=tiny_bert, B=2, L=16, steps=2)}
   two_layer = dict(inputs.BERT_BASE, num_hidden_layers=2)
@@ -159,6 +167,8 @@ def shapes(tiny: bool) -> dict:
              "min_run_s": 30, "hf": dict(inputs.BERT_BASE), "overrides": [], "env": {}, "runs": TRAINER_RUNS}
   return {"peak_n": 8192, "trainer": trainer, "attn": dict(B=16, lengths=(256, 200), heads=12, head_dim=64),
           "probe_L": 64, "precision": dict(hf=two_layer, B=16, L=128, steps=30),
+          # the precision stage's model, batch and learning rate: its bf16-vs-f32 gap is the bar (BF16_F32_GAP)
+          "kernels": dict(hf=two_layer, B=16, L=128, steps=30, lr=1e-4, min_s=60, child_s=180),
           "train": dict(hf=dict(inputs.BERT_BASE), B=16, L=256, steps=10),
           "span": dict(lengths=(512, 2048, 8192), H=50, D=768, block=512, iters=5),
           "extras": dict(hf=two_layer, B=16, L=256, steps=10)}
@@ -247,11 +257,18 @@ def stage_versions(rec: Recorder, ctx: dict) -> None:
 # ----------------------------------------------------------------------------- stage: trainer
 
 
-# The anchor right after the warm run: what does not fit one call's budget can run in a second call, where a first
-# run fills the compilation cache that warm_k1 and other_head start from.
-TRAINER_RUNS = ("cold", "warm", "anchor", "warm_k1", "other_head")
+# Issue 56's order: what settles its targets first; what does not fit one call's budget is skipped and says so.
+TRAINER_RUNS = ("cold", "anchor", "warm", "fused_vs_reference", "warm_k1", "other_head")
 TRAINER_LABELS = {"cold": "cold", "warm": "warm", "warm_k1": "warm, one step per call (steps_per_execution=1)",
-                  "other_head": "other head (efficient), after warm", "anchor": "torch anchor (eager)"}
+                  "other_head": "other head (efficient), after warm", "anchor": "torch anchor (eager)",
+                  "fused_vs_reference": "fused vs reference step"}
+# Largest loss difference between bf16 and f32 over the precision stage's 30 steps, one H100, 2026-11-26
+# (docs/device/README.md): the bar for the fused step against the reference one.
+BF16_F32_GAP = 0.011
+# model.kernels and optimizer.update of the two steps; both with threefry bits, which each dropout draws from the
+# module's stream in the same order (fused hash bits draw every mask's key words at once, so their masks differ).
+KERNEL_RUNS = {"fused": {"kernels": "fused", "update": "fused"},
+               "reference": {"kernels": "reference", "update": "optax"}}
 ANCHOR_EPOCHS = 2  # the trainer's epochs=2
 _N = r"([\d.,]+|nan|inf)"
 TRAINER_PATTERNS = {
@@ -417,8 +434,9 @@ def _run_status(rc) -> str:
 
 
 def stage_trainer(rec: Recorder, ctx: dict) -> None:
-  """`python -m gp_jax.main` as a user runs it: cold and warm compilation cache, another head, then the PyTorch
-  anchor on the same card; what each run spends, from its own log."""
+  """`python -m gp_jax.main` as a user runs it: cold compilation cache, the PyTorch anchor on the same card, warm,
+  the fused step against the reference one, one step per call, another head; what each run spends, from its own
+  log."""
   s, args = ctx["shapes"]["trainer"], ctx["args"]
   wanted = [r.strip() for r in args.trainer_runs.split(",") if r.strip()] or list(s["runs"])
   scratch = pathlib.Path(args.scratch_dir)
@@ -426,38 +444,46 @@ def stage_trainer(rec: Recorder, ctx: dict) -> None:
   env = dict(os.environ, GP_JAX_TFDS_DIR=str(scratch / "tfds"))
   env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the runs name their cache folder
   env.update(s["env"])
+  no_data = None  # why the trainer runs cannot run (the fused-vs-reference check needs no corpus)
   if ctx["tiny"]:
     texts, data_root = [r["text"] for r in synthetic_records(600, seed=0, prefix="train")], None
   else:
     data_root = pathlib.Path(args.data_dir) if args.data_dir else corpora.default_manual_dir(s["corpus"]).parent
     data_root = data_root.resolve()
     train_file = data_root / s["corpus"] / "train.json"
-    if not train_file.is_file():
-      rec.data.update(skipped(f"no {train_file} (--data_dir or $GP_JAX_DATA: a folder holding {s['corpus']}/)"))
-      return
-    with train_file.open(encoding="utf-8") as f:
-      texts = [json.loads(line)["text"] for line in f]
-    env["GP_JAX_DATA"] = str(data_root)
+    if train_file.is_file():
+      with train_file.open(encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line in f]
+      env["GP_JAX_DATA"] = str(data_root)
+    else:
+      no_data = f"no {train_file} (--data_dir or $GP_JAX_DATA: a folder holding {s['corpus']}/)"
   rec.set("setup", {"config": s["config"], "overrides": s["overrides"], "scratch": str(scratch),
                     "data_dir": data_root and str(data_root), "runs": wanted,
                     "env": {k: env.get(k) for k in ("XLA_FLAGS", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
                                                      "XLA_PYTHON_CLIENT_PREALLOCATE", "JAX_PLATFORMS")}})
-  t0 = time.perf_counter()
-  fake = scratch / "fake_bert"
-  spec = write_fake_bert(fake, texts, hf=s["hf"], lowercase=s["lowercase"], word_pieces=ctx["tiny"])
-  rec.set("fake_bert", {"seconds": round(time.perf_counter() - t0, 1), "vocab_rows": spec["vocab_rows"],
-                        "reused": spec["reused"], **{k: spec["hf"][k] for k in ("vocab_size", "num_hidden_layers",
-                                                                                "hidden_size")}})
   rec.set("steps_per_execution", {"note": "su2022 runs k steps per call (steps_per_execution=0: auto); warm_k1 "
                                   "is the warm run again at --config.steps_per_execution=1"})
   cache = scratch / "jax_cache"
   extra = {"cold": [], "warm": [], "warm_k1": ["--config.steps_per_execution=1"],
            "other_head": ["--config.model.head=efficient"]}
-  backend = None
+  fake, backend = scratch / "fake_bert", None
   for name in TRAINER_RUNS:
     if name not in wanted:
       continue
     left = ctx["deadline"] - time.time()
+    if name == "fused_vs_reference":
+      rec.update("runs", name, fused_vs_reference(rec, ctx, env, left))
+      continue
+    if no_data is not None:
+      rec.update("runs", name, skipped(no_data))
+      continue
+    if "fake_bert" not in rec.data:  # the trainer's runs and the anchor read it
+      t0 = time.perf_counter()
+      spec = write_fake_bert(fake, texts, hf=s["hf"], lowercase=s["lowercase"], word_pieces=ctx["tiny"])
+      rec.set("fake_bert", {"seconds": round(time.perf_counter() - t0, 1), "vocab_rows": spec["vocab_rows"],
+                            "reused": spec["reused"], **{k: spec["hf"][k] for k in ("vocab_size", "num_hidden_layers",
+                                                                                    "hidden_size")}})
+      left = ctx["deadline"] - time.time()
     if name == "anchor":
       why = anchor_reason(args, tiny=ctx["tiny"], backend=backend)
       if why is None and left < s["min_run_s"]:
@@ -493,6 +519,191 @@ def stage_trainer(rec: Recorder, ctx: dict) -> None:
                               "dev_f1": _f1(results, "dev"), "test_f1": _f1(results, "test"), **parsed,
                               **({"log_tail": text[-3000:]} if rc != 0 else {})})
     shutil.rmtree(workdir, ignore_errors=True)  # checkpoints: GBs at BERT-base
+
+
+# ----------------------------------------------------------------------------- trainer stage: fused vs reference
+
+
+def kernels_variant(name: str, k: dict, plant: bool = False) -> StepVariant:
+  """The step `name` of KERNEL_RUNS: the 2-layer model with attention dropout 0.1 on XLA attention (the path fused
+  rewrites; cuDNN's dropout masks are its own) and threefry bits, seed 0, a constant learning rate."""
+  return StepVariant(f"{name} step", dict(KERNEL_RUNS[name], attention="xla", attention_dropout=0.1,
+                                          dropout_bits="threefry", seed=0, lr=k["lr"]), plant=plant)
+
+
+def _flat_params(params) -> dict:
+  import jax  # pylint: disable=g-import-not-at-top
+
+  return {jax.tree_util.keystr(path): np.asarray(x, np.float32)
+          for path, x in jax.tree_util.tree_leaves_with_path(jax.device_get(params))}
+
+
+def _fingerprint(flat: dict) -> str:
+  h = hashlib.sha256()
+  for key in sorted(flat):
+    h.update(key.encode())
+    h.update(np.ascontiguousarray(flat[key]).tobytes())
+  return h.hexdigest()[:16]
+
+
+def kernels_files(scratch: pathlib.Path, name: str) -> dict:
+  """Where child `name` leaves its parameters: after the first step; and, for the reference, at init."""
+  files = {"step1": scratch / f"kernels_{name}_step1.npz"}
+  if name == "reference":
+    files["init"] = scratch / "kernels_init.npz"
+  return files
+
+
+def run_kernels_child(args) -> int:
+  """One side of the fused-vs-reference check, in its own process: build and compile as the trainer does
+  (`build_variant`), then `steps` steps on one fixed batch; losses and gradient norms in `_kernels_NAME.json` as they
+  come, the parameters after the first step (and the reference's at init) in the scratch folder."""
+  runtime.configure()
+  name, k = args.kernels_child, shapes(args.tiny)["kernels"]
+  rec = Recorder(pathlib.Path(args.out) / f"_kernels_{name}.json")
+  files = kernels_files(pathlib.Path(args.scratch_dir), name)
+  try:
+    step, dbatch, facts = build_variant(kernels_variant(name, k, plant=args.plant_abort), k)
+    params = _flat_params(step.state["params"])
+    rec.data.update(facts, dtype=step.setup.spec.precision.dtype, init_fingerprint=_fingerprint(params),
+                    loss=[], grad_norm=[])
+    if "init" in files:
+      np.savez(files["init"], **params)
+    del params
+    rec.flush()
+    c = facts["choices"]
+    print(f"kernels {name}: built, kernels {c['bert_kernels']}, update {c['optimizer_update']}, attention "
+          f"{c['attention']}, dropout bits {c['dropout_bits']}, dtype {rec.data['dtype']}, compile "
+          f"{facts['compile_wall_s']:.1f} s", flush=True)
+    for i in range(k["steps"]):
+      metrics = step.step(dbatch)
+      rec.data["loss"].append(float(metrics["loss"]))
+      rec.data["grad_norm"].append(float(metrics["grad_norm"]))
+      if i == 0:
+        np.savez(files["step1"], **_flat_params(step.state["params"]))
+      rec.flush()
+  except Exception as e:  # pylint: disable=broad-except
+    traceback.print_exc()
+    rec.data.update(status="failed", error=f"{type(e).__name__}: {str(e)[:500]}")
+    rec.flush()
+    return 1
+  print(f"kernels {name}: {k['steps']} steps, loss {rec.data['loss'][0]:.4f} -> {rec.data['loss'][-1]:.4f}",
+        flush=True)
+  rec.data["status"] = "ok"
+  rec.flush()
+  return 0
+
+
+def compare_params(step1: dict, init: pathlib.Path | None = None) -> dict:
+  """The fused step's parameters after one step against the reference's (`step1`: name -> .npz): largest absolute
+  difference (and its leaf), the difference's L2 norm relative to the parameters' and to the reference step's update
+  (from `init`, the parameters both started from)."""
+  fused, ref = np.load(step1["fused"]), np.load(step1["reference"])
+  start = np.load(init) if init is not None and init.exists() else None
+  if set(fused.files) != set(ref.files):
+    return {"error": f"different parameters: {sorted(set(fused.files) ^ set(ref.files))[:5]}"}
+  max_abs, worst, diff2, ref2, update2 = 0.0, None, 0.0, 0.0, 0.0
+  for key in sorted(ref.files):
+    r = ref[key].astype(np.float64)
+    d = fused[key].astype(np.float64) - r
+    m = float(np.max(np.abs(d))) if d.size else 0.0
+    if worst is None or m > max_abs:
+      max_abs, worst = m, key
+    diff2 += float(np.sum(d * d))
+    ref2 += float(np.sum(r * r))
+    if start is not None:
+      update2 += float(np.sum((r - start[key]) ** 2))
+  return {"leaves": len(ref.files), "max_abs": max_abs, "max_abs_leaf": worst,
+          "rel_to_params": math.sqrt(diff2 / ref2) if ref2 else None,
+          "rel_to_update": math.sqrt(diff2 / update2) if update2 else None}
+
+
+def kernels_verdict(fused: dict, reference: dict, *, steps: int, gap: float = BF16_F32_GAP) -> dict:
+  """The two trajectories against each other: largest loss difference over the steps (and where) against `gap`,
+  largest relative gradient-norm difference; pass only when both ran every step, finite, from the same init."""
+  lf, lr = fused.get("loss") or [], reference.get("loss") or []
+  n = min(len(lf), len(lr))
+  diffs = [abs(a - b) for a, b in zip(lf, lr)]
+  out = {"steps_compared": n, "gap": gap,
+         "same_init": fused.get("init_fingerprint") is not None
+                      and fused.get("init_fingerprint") == reference.get("init_fingerprint"),
+         "max_abs_loss_diff": max(diffs) if diffs else None,
+         "at_step": 1 + int(np.argmax(diffs)) if diffs else None,
+         "max_rel_grad_norm_diff": max((abs(a - b) / max(abs(b), 1e-12) for a, b in
+                                        zip(fused.get("grad_norm") or [], reference.get("grad_norm") or [])),
+                                       default=None)}
+  finite = all(math.isfinite(x) for x in lf[:n] + lr[:n])
+  whys = [why for bad, why in ((n < steps, f"{n} of {steps} steps on both"), (not finite, "a loss not finite"),
+                               (not out["same_init"], "the two started from different parameters")) if bad]
+  if not whys and out["max_abs_loss_diff"] > gap:
+    whys.append(f"largest loss difference {out['max_abs_loss_diff']:.3g} (step {out['at_step']}) over the gap {gap}")
+  out["pass"] = not whys
+  out["verdict"] = ("pass: " + f"largest loss difference {out['max_abs_loss_diff']:.3g} (step {out['at_step']}) <= "
+                    f"{gap}") if not whys else "fail: " + "; ".join(whys)
+  return out
+
+
+def fused_vs_reference(rec: Recorder, ctx: dict, env: dict, left: float) -> dict:
+  """The fused BERT step and AdamW update against the reference formulation, each in its own process (one that
+  aborts loses its side only): same model, init, batch and dropout masks, `steps` steps; the row it makes."""
+  args, k = ctx["args"], ctx["shapes"]["kernels"]
+  hf = k["hf"]
+  row = {"status": "running", "gap": BF16_F32_GAP,
+         "shape": {"layers": hf["num_hidden_layers"], "hidden": hf["hidden_size"], "heads": hf["num_attention_heads"],
+                   "intermediate": hf["intermediate_size"], "vocab": hf["vocab_size"], "B": k["B"], "L": k["L"],
+                   "steps": k["steps"], "lr": k["lr"]},
+         "note": "each in its own process from the same init (seed 0) on one fixed synthetic batch; attention "
+                 "dropout 0.1 on XLA attention and hidden dropout 0.1, threefry bits (the same masks on both); "
+                 "dtype auto (bf16 on a GPU); compiled as the trainer compiles (aot.resolve), without GPU autotuning"}
+  if left < k["min_s"]:
+    return skipped(f"no time left in the stage's limit ({left:.0f} s)")
+  scratch = pathlib.Path(args.scratch_dir)
+  child_env = dict(env, JAX_COMPILATION_CACHE_DIR=args.cache_dir)
+  child_env.pop(runtime.DROPOUT_BITS_ENV, None)  # it would override the threefry bits both sides need
+  if ctx["tiny"]:  # JAX's rolled threefry lowering on the CPU: the same bits, less to compile than the unrolled one
+    child_env.setdefault("GP_JAX_THREEFRY", "rolled")
+  elif "xla_gpu_autotune_level" not in child_env.get("XLA_FLAGS", ""):
+    child_env["XLA_FLAGS"] = (child_env.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
+  sides = {}
+  for i, name in enumerate(KERNEL_RUNS):
+    files = kernels_files(scratch, name)
+    for path in files.values():
+      path.unlink(missing_ok=True)
+    left = ctx["deadline"] - time.time()
+    if left < k["min_s"] / 2:
+      sides[name] = skipped(f"no time left in the stage's limit ({left:.0f} s)")
+    else:
+      timeout = min(k["child_s"], left / (len(KERNEL_RUNS) - i))
+      part = pathlib.Path(args.out) / f"_kernels_{name}.json"
+      part.unlink(missing_ok=True)
+      cmd = [sys.executable, "-m", "benchmarks.device_check", f"--out={args.out}", "--stage=trainer",
+             f"--kernels_child={name}", f"--scratch_dir={args.scratch_dir}", f"--cache_dir={args.cache_dir}"]
+      cmd += (["--tiny"] if args.tiny else []) + (["--plant_abort"] if args.plant_abort else [])
+      rc, seconds, text = _run_logged(f"fused_vs_reference {name}", cmd, env=child_env, timeout=timeout,
+                                      log_path=scratch / f"kernels_{name}.out")
+      got = json.loads(part.read_text()) if part.exists() else {}
+      for path in (part, part.with_suffix(".tmp")):
+        path.unlink(missing_ok=True)
+      sides[name] = _child_outcome(dict(got, rc=rc, seconds=round(seconds, 1)), rc, text, timeout)
+    rec.update("runs", "fused_vs_reference", dict(row, sides=sides))
+  lost = {f"fused_vs_reference/{n}": x.get("signal") or x["status"] for n, x in sides.items()
+          if x["status"] in ("aborted", "failed", "timeout")}
+  if lost:
+    rec.set("lost", dict(rec.data.get("lost", {}), **lost))
+  files = {n: kernels_files(scratch, n) for n in KERNEL_RUNS}
+  row["sides"] = sides
+  if all(x["status"] == "ok" for x in sides.values()):
+    row.update(status="ok", **kernels_verdict(sides["fused"], sides["reference"], steps=k["steps"]))
+    row["params_after_one_step"] = compare_params({n: f["step1"] for n, f in files.items()},
+                                                  files["reference"]["init"])
+  else:
+    row.update(status="failed", verdict="no comparison: " + ", ".join(
+        f"{n} {x['status']}" + (f" ({x['signal']})" if x.get("signal") else "")
+        for n, x in sides.items() if x["status"] != "ok"))
+  for f in files.values():
+    for path in f.values():
+      path.unlink(missing_ok=True)
+  return row
 
 
 def anchor_reason(args, *, tiny: bool, backend: str | None) -> str | None:
@@ -907,6 +1118,12 @@ def run_variant(args, key: str, v: StepVariant, timeout: float) -> dict:
   for path in (part, part.with_suffix(".tmp"), log_path):
     path.unlink(missing_ok=True)
   row.update(label=v.label, rc=rc, seconds=round(seconds, 1), env=v.env or None)
+  return _child_outcome(row, rc, text, timeout)
+
+
+def _child_outcome(row: dict, rc: int | None, text: str, timeout: float) -> dict:
+  """`row`, what a child recorded, with how its process ended: timeout, aborted (the signal it died by) or failed
+  (nonzero exit, or no "ok" recorded); any but ok with the last lines of its output."""
   if rc is None:
     row.update(status="timeout", why=f"stopped at its limit of {timeout:.0f} s")
   elif rc < 0:
@@ -1120,6 +1337,8 @@ STAGE_FNS = {"versions": stage_versions, "trainer": stage_trainer, "attention": 
 def run_child(args) -> int:
   if args.variant:
     return run_variant_child(args)
+  if args.kernels_child:
+    return run_kernels_child(args)
   runtime.configure()
   start = time.time()
   out = pathlib.Path(args.out)
@@ -1228,7 +1447,10 @@ def main(argv=None) -> int:
   p.add_argument("--stage", default="", help=argparse.SUPPRESS)
   p.add_argument("--limit_s", type=float, default=0.0, help=argparse.SUPPRESS)
   p.add_argument("--variant", default="", help=argparse.SUPPRESS)  # a train_step variant's own process
-  p.add_argument("--plant_abort", action="store_true", help=argparse.SUPPRESS)  # tests: a variant that aborts
+  p.add_argument("--kernels_child", default="", choices=("", *KERNEL_RUNS), help=argparse.SUPPRESS)  # one side of
+  # the trainer stage's fused-vs-reference check
+  p.add_argument("--plant_abort", action="store_true", help=argparse.SUPPRESS)  # tests: a variant, and both
+  # sides of the fused-vs-reference check, abort
   args = p.parse_args(argv)
   pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
   if args.stage:
@@ -1280,19 +1502,23 @@ def trainer_markdown(t: dict) -> list[str]:
   """The trainer stage's table: one row per run."""
   if not t.get("runs"):
     return []
-  setup, fake = t.get("setup", {}), t.get("fake_bert", {})
+  setup, fake = t.get("setup", {}), t.get("fake_bert")
+  fake = (f"Fake BERT ({fake.get('num_hidden_layers')} layers, D={fake.get('hidden_size')}, vocabulary "
+          f"{fake.get('vocab_size')} rows, {fake.get('vocab_rows')} in vocab.txt; random weights). " if fake else "")
   lines = ["", f"## Trainer: `python -m gp_jax.main --config={setup.get('config')}` "
            f"{' '.join(setup.get('overrides', []))}", "",
-           f"Fake BERT ({fake.get('num_hidden_layers')} layers, D={fake.get('hidden_size')}, vocabulary "
-           f"{fake.get('vocab_size')} rows, {fake.get('vocab_rows')} in vocab.txt; random weights). Seconds; compile: "
-           "the compile-ahead line's wall / summed seconds, programs and cache hits / misses; steady: `train pace` "
-           f"ms/step by bucket. steps_per_execution: {t.get('steps_per_execution', {}).get('note', '-')}.", "",
+           f"{fake}Seconds; compile: the compile-ahead line's wall / summed seconds, programs and cache hits / misses; "
+           "steady: `train pace` ms/step by bucket. steps_per_execution: "
+           f"{t.get('steps_per_execution', {}).get('note', '-')}.", "",
            "| run | status | first step (compile) | compile wall / summed | programs (hit / miss) | eval 1 / 2 | "
            "steady ms/step | checkpoint | whole wall | dev F1 |", "|---|---|---|---|---|---|---|---|---|---|"]
   for name, r in t["runs"].items():
     label = TRAINER_LABELS.get(name, name)
     if r.get("status") == "skipped":
       lines.append(f"| {label} | skipped: {r.get('why')} | | | | | | | | |")
+      continue
+    if name == "fused_vs_reference":
+      lines.append(f"| {label} | {r.get('status')}: {r.get('verdict', '-')} (below) | | | | | | | | |")
       continue
     status = r.get("status", "-") + (f" (exit {r['rc']})" if r.get("rc") not in (0, None) else "")
     evals = f"{_fmt(r.get('eval_first_s'), '.2f')} / {_fmt(r.get('eval_second_s'), '.2f')}"
@@ -1319,6 +1545,46 @@ def trainer_markdown(t: dict) -> list[str]:
     notes += [f"{r['steps']} steps in {r['calls']} calls"] if r.get("calls") else []
     if notes:
       lines.append(f"- {TRAINER_LABELS.get(name, name)}: {'; '.join(notes)}")
+  return lines + kernels_markdown(t["runs"].get("fused_vs_reference") or {})
+
+
+def kernels_markdown(r: dict) -> list[str]:
+  """The fused-vs-reference check: a row per side (an aborted one with its signal and last lines), the verdict
+  against the bf16-vs-f32 gap, the parameters after one step."""
+  if not r.get("sides"):
+    return []
+  sh = r.get("shape", {})
+  lines = ["", f"## Fused vs reference step: {sh.get('layers')}-layer BERT (D={sh.get('hidden')}, {sh.get('heads')} "
+           f"heads, FFN {sh.get('intermediate')}) + GP, B{sh.get('B')} x L{sh.get('L')}, {sh.get('steps')} steps, lr "
+           f"{sh.get('lr')}", "", r.get("note", ""), "",
+           "| step | status | kernels / update | attention, bits | dtype | compile s | loss first / last |",
+           "|---|---|---|---|---|---|---|"]
+  for name, x in r["sides"].items():
+    if x.get("status") != "ok":
+      how = f"**aborted ({x.get('signal')})**" if x.get("status") == "aborted" else (
+          f"{x.get('status')}: {x.get('why') or x.get('error') or ''}")
+      lines.append(f"| {name} | {how} | | | | | |")
+      continue
+    c, loss = x.get("choices") or {}, x.get("loss") or [None]
+    lines.append(f"| {name} | ok | {c.get('bert_kernels')} / {c.get('optimizer_update')} | {c.get('attention')}, "
+                 f"{c.get('dropout_bits')} | {x.get('dtype')} | {_fmt(x.get('compile_wall_s'), '.1f')} | "
+                 f"{_fmt(loss[0], '.4f')} / {_fmt(loss[-1], '.4f')} |")
+  for name, x in r["sides"].items():
+    if x.get("log_tail"):
+      tail = [line for line in x["log_tail"] if line.strip()][-3:]
+      lines.append(f"- {name}: its last lines: " + " / ".join(f"`{line.strip()}`" for line in tail))
+  lines += ["", f"**{r.get('verdict', '-')}** (the bar: bf16 against f32, {r.get('gap')}, one H100 on 2026-11-26)."]
+  if r.get("max_abs_loss_diff") is not None:
+    lines.append(f"Same init: {r.get('same_init')}; largest relative gradient-norm difference "
+                 f"{_fmt(r.get('max_rel_grad_norm_diff'))}.")
+  pa = r.get("params_after_one_step") or {}
+  if pa.get("error"):
+    lines.append(f"Parameters after one step: {pa['error']}.")
+  elif pa:
+    lines.append(f"Parameters after one step ({pa.get('leaves')} arrays): largest absolute difference "
+                 f"{_fmt(pa.get('max_abs'))} (`{pa.get('max_abs_leaf')}`); difference relative to the parameters "
+                 f"{_fmt(pa.get('rel_to_params'))}, to the reference step's update {_fmt(pa.get('rel_to_update'))} "
+                 "(L2 norms).")
   return lines
 
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from benchmarks import device_check
@@ -91,12 +92,12 @@ def test_anchor_log_parser():
 
 @pytest.mark.e2e
 def test_tiny_trainer_stage(tmp_path):
-  proc = _run(tmp_path, "--budget_s=150", "--stages=trainer")
+  proc = _run(tmp_path, "--budget_s=300", "--stages=trainer")
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   stage = json.loads((tmp_path / "device_check.json").read_text())["stages"]["trainer"]
   assert stage["status"] == "ok", stage.get("error")
   runs = stage["runs"]
-  assert list(runs) == ["cold", "warm", "anchor", "warm_k1"]
+  assert list(runs) == ["cold", "anchor", "warm", "fused_vs_reference", "warm_k1"]
   assert runs["anchor"]["status"] == "skipped" and "--anchor" in runs["anchor"]["why"]
   for name in ("cold", "warm"):
     r = runs[name]
@@ -110,8 +111,83 @@ def test_tiny_trainer_stage(tmp_path):
     assert r["eval_first_s"] <= 1.5 * r["eval_second_s"] + 0.5, r["evals"]
   assert runs["cold"]["cache_misses"] == len(runs["cold"]["programs"])
   assert runs["warm"]["cache_hits"] == len(runs["warm"]["programs"])  # one cache: the warm run compiles nothing
+  k = runs["fused_vs_reference"]
+  assert k["status"] == "ok", k
+  fused, ref = k["sides"]["fused"], k["sides"]["reference"]
+  assert (fused["choices"]["bert_kernels"], fused["choices"]["optimizer_update"]) == ("fused", "fused")  # forced
+  assert (ref["choices"]["bert_kernels"], ref["choices"]["optimizer_update"]) == ("reference", "optax")
+  assert fused["choices"]["dropout_bits"] == ref["choices"]["dropout_bits"] == "threefry"
+  assert len(fused["loss"]) == len(ref["loss"]) == 30 and k["same_init"] and fused["loss"][-1] < fused["loss"][0]
+  # f32 on the CPU with the same dropout masks: rounding apart (the hash bits' masks, which differ, are 1e-2 apart)
+  assert k["pass"] and k["max_abs_loss_diff"] < 1e-4 and k["gap"] == device_check.BF16_F32_GAP
+  params = k["params_after_one_step"]
+  assert params["max_abs"] < 1e-6 and params["rel_to_update"] < 1e-3  # an update is lr = 1e-4 an element
+  assert not list((tmp_path / "scratch").glob("kernels_*.npz")), "the parameter files were left"
   md = (tmp_path / "device_check.md").read_text()
   assert "## Trainer" in md and "| cold | ok |" in md and "skipped: no --anchor" in md
+  assert "## Fused vs reference step" in md and "| fused | ok | fused / fused | xla, threefry | float32 |" in md
+  assert "**pass: largest loss difference" in md
+
+
+@pytest.mark.e2e
+def test_fused_vs_reference_side_that_aborts_loses_only_its_row(tmp_path):
+  """Both sides planted to abort after building: the reference still runs after the fused side died, each is a row
+  with its signal, the check says why there is no comparison, and the stage goes on."""
+  proc = _run(tmp_path, "--budget_s=120", "--stages=trainer", "--trainer_runs=fused_vs_reference", "--plant_abort")
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  stage = json.loads((tmp_path / "device_check.json").read_text())["stages"]["trainer"]
+  assert stage["status"] == "ok", stage.get("error")
+  k = stage["runs"]["fused_vs_reference"]
+  assert list(k["sides"]) == ["fused", "reference"]
+  for side in k["sides"].values():
+    assert side["status"] == "aborted" and side["signal"] == "SIGABRT" and side["rc"] == -6
+    assert any("os.abort()" in line for line in side["log_tail"])
+  assert k["status"] == "failed" and k["verdict"] == "no comparison: fused aborted (SIGABRT), reference aborted " \
+                                                   "(SIGABRT)" and "pass" not in k
+  assert stage["lost"] == {"fused_vs_reference/fused": "SIGABRT", "fused_vs_reference/reference": "SIGABRT"}
+  assert "fake_bert" not in stage  # the trainer's runs' checkpoint, not written for this check alone
+  md = (tmp_path / "device_check.md").read_text()
+  assert "| fused | **aborted (SIGABRT)** |" in md and "lost fused_vs_reference/fused (SIGABRT)" in md
+
+
+def _npz(path, **arrays):
+  np.savez(path, **{k: np.asarray(v, np.float32) for k, v in arrays.items()})
+  return path
+
+
+def test_compare_params_against_numpy(tmp_path):
+  init = {"a": np.zeros(3), "b": np.ones((2, 2))}
+  ref = {"a": np.array([1e-3, -1e-3, 1e-3]), "b": np.ones((2, 2)) - 1e-3}
+  fused = {"a": ref["a"] + [0, 2e-4, 0], "b": ref["b"] + [[0, 0], [5e-4, 0]]}
+  got = device_check.compare_params({"fused": _npz(tmp_path / "f.npz", **fused), "reference": _npz(
+      tmp_path / "r.npz", **ref)}, _npz(tmp_path / "i.npz", **init))
+  def flat(d):  # as stored (float32), every element once
+    return np.concatenate([np.ravel(np.asarray(d[k], np.float32)).astype(np.float64) for k in "ab"])
+
+  diff = flat(fused) - flat(ref)
+  assert got["leaves"] == 2 and got["max_abs_leaf"] == "b"
+  assert got["max_abs"] == pytest.approx(np.max(np.abs(diff)), rel=1e-6)
+  assert got["rel_to_params"] == pytest.approx(np.linalg.norm(diff) / np.linalg.norm(flat(ref)), rel=1e-6)
+  assert got["rel_to_update"] == pytest.approx(np.linalg.norm(diff) / np.linalg.norm(flat(ref) - flat(init)),
+                                               rel=1e-6)
+  other = device_check.compare_params({"fused": _npz(tmp_path / "g.npz", a=ref["a"]), "reference": tmp_path / "r.npz"})
+  assert "different parameters" in other["error"] and "'b'" in other["error"]
+
+
+def test_kernels_verdict():
+  ref = {"loss": [3.0, 2.0, 1.0, 0.5], "grad_norm": [1.0, 2.0, 2.0, 1.0], "init_fingerprint": "x"}
+  close = dict(ref, loss=[3.0, 2.004, 1.002, 0.5], grad_norm=[1.0, 2.2, 2.0, 1.0])
+  got = device_check.kernels_verdict(close, ref, steps=4, gap=0.011)
+  assert got["pass"] and got["at_step"] == 2 and got["max_abs_loss_diff"] == pytest.approx(0.004)
+  assert got["max_rel_grad_norm_diff"] == pytest.approx(0.1) and got["verdict"].startswith("pass: ")
+  far = device_check.kernels_verdict(dict(close, loss=[3.0, 2.0, 1.02, 0.5]), ref, steps=4, gap=0.011)
+  assert not far["pass"] and "over the gap 0.011" in far["verdict"] and far["at_step"] == 3
+  assert "different parameters" in device_check.kernels_verdict(dict(close, init_fingerprint="y"), ref, steps=4)[
+      "verdict"]
+  short = device_check.kernels_verdict(dict(close, loss=close["loss"][:3]), ref, steps=4)
+  assert not short["pass"] and "3 of 4 steps" in short["verdict"]
+  assert "not finite" in device_check.kernels_verdict(dict(close, loss=[3.0, float("nan"), 1.0, 0.5]), ref,
+                                                      steps=4)["verdict"]
 
 
 @pytest.mark.e2e
