@@ -4,7 +4,8 @@
       [--hit_buffer=4096]
 
 The workdir is restored as `gp_jax.predict.Predictor` does (config, types, tokenizer, parameters from
-best/). DIR (local or gs://) holds:
+best/); nothing is compiled but what the artifact holds (the Predictor compiles its per-bucket eval steps only
+when it predicts). DIR (local or gs://) holds:
 
   model.jax_export  stablehlo: the serialized `jax.export.Exported` eval-mode forward, parameters inside;
                     symbolic batch and length ("B, L"). Inputs: the tokenizer's features, attention_mask,
@@ -40,7 +41,7 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
-from gp_jax import storage
+from gp_jax import runtime, storage
 from gp_jax.errors import UserError, help_exits_zero
 from gp_jax.models.heads import HEADS
 from gp_jax.models.taggers import TAGGERS
@@ -220,9 +221,14 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
 # ----------------------------------------------------------------------------- CLI
 
 
+SHARED_FLAGS = ("workdir", "batch_size", "threshold")  # defined by gp_jax.predict, read by export too
+
+
 def _define_flags():
   from gp_jax import predict  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (its flags)
 
+  for name in SHARED_FLAGS:  # key flags of this module too, so that --help lists them
+    flags.declare_key_flag(name)
   flags.DEFINE_string("out", None, "Folder to write, local or gs://.")
   flags.DEFINE_enum("format", "stablehlo", sorted(MODEL_FILES), "Serialized artifact format.")
   flags.DEFINE_list("platforms", [], "StableHLO lowering platforms (cpu, cuda, tpu); default: this machine's.")
@@ -235,11 +241,15 @@ def main(argv, flags_):
   if len(argv) > 1:
     print(f"gp_jax.export: unexpected arguments {argv[1:]}", file=sys.stderr)
     sys.exit(2)
+  runtime.configure()  # process settings before jax starts a backend, as gp_jax.main and gp_jax.predict
+  from gp_jax import predict  # pylint: disable=g-import-not-at-top  (imported by _define_flags already)
+
   try:
     if not flags_.workdir or not flags_.out:
       raise ExportError("--workdir and --out are required")
     if not (storage.path(flags_.workdir) / "config.json").exists():
       raise ExportError(f"{flags_.workdir}: not a training workdir (no config.json)")
+    predict.configure_compilation_cache(flags_.workdir)  # as training set it
     manifest = export_workdir(flags_.workdir, flags_.out, fmt=flags_.format, platforms=flags_.platforms or None,
                               hit_buffer=flags_.hit_buffer, batch_size=flags_.batch_size,
                               threshold=flags_.threshold)

@@ -9,10 +9,18 @@ pretrained encoder's folder is never reopened. DIR is an exported folder; predic
 neither flax, orbax nor ml_collections. Paths may be local or gs://.
 
 Input formats (never guessed): `lines`, one text per line; `jsonl`, one {"id", "text"} object per line
-(the id is echoed as it is). `--split` reads the workdir's corpus split instead. Input is read and
-predicted in chunks of `--chunk_size` texts. Output `jsonl`: {"id"?, "text", "entities": [{"start",
-"end", "type", "text", "score"}]} with character offsets (end exclusive). Texts longer than the
-model's max length go through sliding windows. Formats are the `READERS` / `WRITERS` registries.
+(the id is echoed as it is); `cblue`, a CBLUE JSON array; all strict UTF-8 (a bad byte is a one-line error
+naming file, line and column). `--split` reads the workdir's corpus split instead. Output `jsonl`: {"id"?,
+"text", "entities": [{"start", "end", "type", "text", "score"}]} with character offsets (end exclusive).
+Texts longer than the model's max length go through sliding windows. Formats are the `READERS` / `WRITERS`
+registries.
+
+A workdir's eval step is compiled per length bucket, only for the buckets the input's batches take: an input
+file (or --split) is read whole first and its buckets compiled together before the first text; standard input
+is predicted in chunks of `--chunk_size` texts, each chunk's new buckets compiled before it runs. Programs go
+to jax's persistent compilation cache as training sets it (the workdir config's `compilation_cache`), so a
+second call loads them. Logs (INFO) show with absl's `--verbosity=0` (`-v 0`); by default only warnings and
+errors reach stderr, and stdout holds the output alone.
 
 The exported folder is read by gp_jax.serving (`ExportedPredictor`, and `WindowPredictor`, the base this
 module's `Predictor` shares with it); this module never imports gp_jax.export. `predict.ExportedPredictor`
@@ -21,17 +29,21 @@ and `predict.model_inputs` are re-exported from gp_jax.serving for compatibility
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
+import jax
 from absl import app, flags, logging
 
+from gp_jax import runtime
 from gp_jax import sharding as shd
 from gp_jax import storage
 from gp_jax.data import batching, cblue
+from gp_jax.data.readers import DataError, text_lines
 from gp_jax.data.sources import load_records
 from gp_jax.errors import help_exits_zero
 from gp_jax.serving import ExportedPredictor, ExportError, UserError, WindowPredictor, check_threshold
@@ -57,31 +69,31 @@ _THRESHOLD = flags.DEFINE_float("threshold", None, "Span heads: keep spans with 
                                 "workdir's dev-tuned value when trained with tune_threshold, else the export's, else 0). "
                                 "An error with a tagger head.")
 _BATCH = flags.DEFINE_integer("batch_size", 0, "Windows per batch (0 = the training config's eval_batch_size).")
-_CHUNK = flags.DEFINE_integer("chunk_size", 1000, "Texts read and predicted at a time.")
+_CHUNK = flags.DEFINE_integer("chunk_size", 1000, "Texts predicted at a time (standard input is also read a chunk at "
+                              "a time; an input file is read whole first).")
 
 
 # ----------------------------------------------------------------------------- formats
 
 
-def read_lines(f: Iterable[str], *, source: str) -> Iterator[dict]:
-  """One text per line (the line break is not part of the text)."""
-  del source
-  for line in f:
-    yield {"text": line.rstrip("\n").rstrip("\r")}
+def read_lines(f, *, source: str) -> Iterator[dict]:
+  """One text per line (the line break is not part of the text); strict UTF-8 (`readers.text_lines`)."""
+  for _, line in text_lines(f, source):
+    yield {"text": line}
 
 
-def read_jsonl(f: Iterable[str], *, source: str) -> Iterator[dict]:
+def read_jsonl(f, *, source: str) -> Iterator[dict]:
   """One {"id", "text"} object per line; blank lines are skipped; the id keeps its JSON type."""
   want = 'a JSON object {"id": ..., "text": "..."}'
-  for n, line in enumerate(f, 1):
+  for n, line in text_lines(f, source):
     if not line.strip():
       continue
     try:
       obj = json.loads(line)
     except json.JSONDecodeError as e:
-      raise UserError(f"{source}:{n}: not JSON ({e.msg}); expected {want}") from None
+      raise DataError(source, n, f"not JSON ({e.msg}); expected {want}", reason="bad_json") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-      raise UserError(f"{source}:{n}: expected {want}, got {line.strip()[:80]}")
+      raise DataError(source, n, f"expected {want}, got {line.strip()[:80]}", reason="bad_value")
     yield {"id": obj["id"], "text": obj["text"]} if "id" in obj else {"text": obj["text"]}
 
 
@@ -93,9 +105,10 @@ def write_jsonl(dst, rows: Iterable[tuple[dict, list[dict]]]) -> None:
     dst.write(json.dumps(out, ensure_ascii=False) + "\n")
 
 
-def read_cblue(f: Iterable[str], *, source: str) -> Iterator[dict]:
-  """A CBLUE/CMeEE JSON array (e.g. CMeEE_test.json), streamed record by record (`data.cblue.iter_cblue_file`);
-  the input record is kept whole for the cmeee writer."""
+def read_cblue(f, *, source: str) -> Iterator[dict]:
+  """A CBLUE/CMeEE JSON array (e.g. CMeEE_test.json), streamed record by record (`data.cblue.iter_cblue_file`, which
+  decodes a binary file, or a text file's byte buffer, as strict UTF-8); the input record is kept whole for the
+  cmeee writer."""
   for index, obj in cblue.iter_cblue_file(f, source=source):
     yield {"id": index, "text": obj["text"], "record": obj}
 
@@ -115,7 +128,8 @@ def write_cluener(dst, rows: Iterable[tuple[dict, list[dict]]]) -> None:
     dst.write(cblue.cluener_line(record.get("id", n), record["text"], entities) + "\n")
 
 
-# reader(text file, source=name) -> iterator of {"text", "id"?}; writer(text file, iterator of (record, entities)).
+# reader(binary or text file, source=name) -> iterator of {"text", "id"?}: a text file with a byte buffer
+# (sys.stdin) is read through it; writer(text file, iterator of (record, entities)).
 READERS = {"lines": read_lines, "jsonl": read_jsonl, "cblue": read_cblue}
 WRITERS = {"jsonl": write_jsonl, "cmeee": write_cmeee, "cluener": write_cluener}
 # The file written when --output is a folder.
@@ -126,13 +140,17 @@ OUTPUT_NAMES = {"jsonl": "predictions.jsonl", "cmeee": "CMeEE_test.json", "cluen
 
 
 class Predictor(WindowPredictor):
-  """A trained model restored from a workdir: parameters only (best by dev F1, else the latest)."""
+  """A trained model restored from a workdir: parameters only (best by dev F1, else the latest). The eval step is
+  compiled per length bucket when a batch first needs it (`ready`), not for every bucket up front."""
+
+  compiles_ahead = True
 
   def __init__(self, workdir: str, *, batch_size: int = 0, threshold: float | None = None,
                platform: str | None = None, attention: str | None = None):
     """`platform`: the target the precision policy resolves for (default this machine's backend); `attention`:
     overrides the run's model.attention (export takes "xla", the path every platform lowers)."""
     # pylint: disable=g-import-not-at-top
+    from gp_jax import aot, factory
     from gp_jax import checkpoint as ckpt_lib
     from gp_jax import state as state_lib
     from gp_jax import workdir as wd
@@ -145,8 +163,10 @@ class Predictor(WindowPredictor):
     self.types = wd.load_types(workdir)
     self.tokenizer = wd.load_tokenizer(workdir)
     mesh = shd.make_mesh(-1, 1)
-    self.setup, _ = state_lib.init_model(self.config, self.tokenizer, self.types, mesh, load_weights=False,
-                                         encoder_config=wd.load_encoder_config(workdir), platform=platform)
+    # Parameters abstract (they are restored next): no random init of the whole model to throw away.
+    setup = aot.target_setup(self.config, self.tokenizer, self.types, mesh, factory.target_platform(platform),
+                             encoder_config=wd.load_encoder_config(workdir) or factory.encoder_config(self.config))
+    self.setup = dataclasses.replace(setup, rest=jax.device_put(setup.rest, shd.replicated(mesh)))
     mngr = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(workdir), keep=1)
     self.step, self.params = ckpt_lib.restore_params(mngr, state_lib.abstract_params(self.setup))
     spec = self.setup.spec  # what predict reads of the run from here on
@@ -162,17 +182,27 @@ class Predictor(WindowPredictor):
     self.window_options = spec.window_options
     self.buckets = spec.buckets
     self.decoder = HitDecoder(self.setup, batch_size=self.batch_size, name="predict")
-    self.compile_ahead()
+    self._compiled: set[tuple[int, int]] = set()  # (hit buffer, bucket length) compiled ahead
 
-  def compile_ahead(self) -> None:
-    """The eval step for every bucket, compiled concurrently before the first text (the texts are not known yet)."""
+  def compile_ahead(self, lengths: Iterable[int] | None = None) -> None:
+    """The eval step for each bucket length in `lengths` (default every bucket) not compiled yet, compiled
+    concurrently (`aot`) at the decoder's current hit buffer."""
     from gp_jax import aot  # pylint: disable=g-import-not-at-top
 
     d = self.decoder
+    if lengths is None:
+      lengths = batching.normalize_buckets(self.buckets, self.setup.spec.max_len)
+    todo = [L for L in sorted(set(lengths)) if (d.size, L) not in self._compiled]
+    if not todo:
+      return
     programs = [aot.eval_program(d.fn(d.size), self.setup, batch=self.batch_size, length=L, hits=d.size)
-                for L in batching.normalize_buckets(self.buckets, self.setup.spec.max_len)]
+                for L in todo]
     aot.compile_for_run(programs)
     d.adopt(programs)
+    self._compiled.update((d.size, L) for L in todo)
+
+  def ready(self, lengths) -> None:
+    self.compile_ahead(lengths)
 
   def window_hits(self, batch):
     from gp_jax.evaluate import model_batch  # pylint: disable=g-import-not-at-top
@@ -186,6 +216,29 @@ def predict_stream(predictor: WindowPredictor, records: Iterable[dict], *,
   it = iter(records)
   while chunk := list(itertools.islice(it, max(1, chunk_size))):
     yield from zip(chunk, predictor.predict([r["text"] for r in chunk]))
+
+
+def predict_records(predictor: WindowPredictor, records: Sequence[dict], *,
+                    chunk_size: int = 1000) -> Iterator[tuple[dict, list[dict]]]:
+  """`predict_stream` over records already read: a predictor that compiles per bucket first compiles, together,
+  the buckets that every chunk's batches take."""
+  if predictor.compiles_ahead:
+    n = max(1, chunk_size)
+    lengths = set()
+    for i in range(0, len(records), n):
+      lengths.update(predictor.bucket_lengths([r["text"] for r in records[i:i + n]]))
+    predictor.ready(sorted(lengths))
+  return predict_stream(predictor, records, chunk_size=chunk_size)
+
+
+def configure_compilation_cache(workdir: str) -> str | None:
+  """jax's persistent compilation cache as the run that trained `workdir` set it (its config's `compilation_cache`,
+  resolved by `runtime.configure_compilation_cache` as training resolves it); returns the folder."""
+  from gp_jax import workdir as wd  # pylint: disable=g-import-not-at-top
+
+  path = runtime.configure_compilation_cache(wd.load_config(workdir).get("compilation_cache", "auto"))
+  logging.info("Compilation cache: %s", path or "off")
+  return path
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -208,12 +261,20 @@ def _open(path: str, mode: str):
     return storage.path(path).open(mode)
   if "w" in mode:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  return open(path, mode, encoding="utf-8")
+  return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
 
 
 def _check_folder(path: str, marker: str, flag: str) -> None:
   if not (storage.path(path) / marker).exists():
     raise UserError(f"--{flag}={path}: no such folder, or it has no {marker}")
+
+
+def _read_input(path: str, fmt: str) -> list[dict]:
+  """Every record of the input file (read in binary: the readers decode strict UTF-8)."""
+  if not storage.path(path).exists():
+    raise UserError(f"--input={path}: no such file")
+  with _open(path, "rb") as src:
+    return list(READERS[fmt](src, source=path))
 
 
 def run(argv) -> None:
@@ -227,32 +288,34 @@ def run(argv) -> None:
     raise UserError(f"--output_format must be one of {sorted(WRITERS)}, got {_OUTPUT_FORMAT.value!r}")
   if _SPLIT.value and (_EXPORTED.value or _INPUT.value):
     raise UserError("--split reads the workdir's corpus: give --workdir and no --input")
-  if _WORKDIR.value:
-    _check_folder(_WORKDIR.value, "config.json", "workdir")
-    predictor = Predictor(_WORKDIR.value, batch_size=_BATCH.value, threshold=_THRESHOLD.value)
-  else:
-    _check_folder(_EXPORTED.value, "manifest.json", "exported")
-    predictor = ExportedPredictor(_EXPORTED.value, batch_size=_BATCH.value, threshold=_THRESHOLD.value)
+  _check_folder(*((_WORKDIR.value, "config.json", "workdir") if _WORKDIR.value else
+                  (_EXPORTED.value, "manifest.json", "exported")))
 
-  src = None
+  # An input file (or split) is read whole before the model loads: its buckets are known before compiling any.
   if _SPLIT.value:
     records = _split_records(_WORKDIR.value, _SPLIT.value)
   elif _INPUT.value in (None, "-"):
-    records = READERS[_INPUT_FORMAT.value](sys.stdin, source="<stdin>")
+    records = None
   else:
-    if not storage.path(_INPUT.value).exists():
-      raise UserError(f"--input={_INPUT.value}: no such file")
-    src = _open(_INPUT.value, "r")
-    records = READERS[_INPUT_FORMAT.value](src, source=_INPUT.value)
+    records = _read_input(_INPUT.value, _INPUT_FORMAT.value)
+  if _WORKDIR.value:
+    configure_compilation_cache(_WORKDIR.value)
+    predictor = Predictor(_WORKDIR.value, batch_size=_BATCH.value, threshold=_THRESHOLD.value)
+  else:
+    predictor = ExportedPredictor(_EXPORTED.value, batch_size=_BATCH.value, threshold=_THRESHOLD.value)
+  if records is None:  # standard input, chunk by chunk
+    rows = predict_stream(predictor, READERS[_INPUT_FORMAT.value](sys.stdin, source="<stdin>"),
+                          chunk_size=_CHUNK.value)
+  else:
+    rows = predict_records(predictor, records, chunk_size=_CHUNK.value)
+
   output = _OUTPUT.value
   if output != "-" and storage.path(output).is_dir():
     output = os.fspath(storage.path(output) / OUTPUT_NAMES[_OUTPUT_FORMAT.value])
   dst = sys.stdout if output == "-" else _open(output, "w")
   try:
-    WRITERS[_OUTPUT_FORMAT.value](dst, predict_stream(predictor, records, chunk_size=_CHUNK.value))
+    WRITERS[_OUTPUT_FORMAT.value](dst, rows)
   finally:
-    if src is not None:
-      src.close()
     if dst is sys.stdout:
       dst.flush()
     else:
@@ -260,6 +323,9 @@ def run(argv) -> None:
 
 
 def main(argv):
+  if not flags.FLAGS["verbosity"].present:  # quiet unless asked (-v / --verbosity): warnings and errors only
+    logging.set_verbosity(logging.WARNING)
+  runtime.configure()  # process settings before jax starts a backend (libtpu without a TPU: CPU, silently)
   try:
     run(argv)
   except (UserError, ExportError) as e:

@@ -177,18 +177,31 @@ def check_threshold(threshold, *, head: str, tagger: bool):
 
 class WindowPredictor:
   """Texts -> windows -> batches -> `window_hits` -> merged char spans. Subclasses set tokenizer, types,
-  window_options (prepare_split's max_len, stride, max_span_width), buckets, batch_size, window_hits."""
+  window_options (prepare_split's max_len, stride, max_span_width), buckets, batch_size, window_hits; one that
+  compiles a program per bucket sets `compiles_ahead` and overrides `ready`."""
+
+  compiles_ahead = False  # whether `ready` compiles anything (worth knowing the buckets of a whole input first)
 
   def window_hits(self, batch: dict) -> dict:
     """Pipeline batch -> every hit as window columns (`merge.batch_hits`)."""
     raise NotImplementedError
 
-  def predict(self, texts: list[str]) -> list[list[dict]]:
+  def ready(self, lengths) -> None:
+    """Called with the bucket lengths of the batches about to run, before the first of them."""
+
+  def _batches(self, texts: list[str], name: str = "predict"):
     records = [{"id": str(n), "text": t, "entities": []} for n, t in enumerate(texts)]
-    prepared = windows.prepare_split(records, self.tokenizer, types=self.types, name="predict",
-                                     **self.window_options)
-    hits = [self.window_hits(batch)
-            for batch in batching.eval_batches(prepared, batch_size=self.batch_size, buckets=self.buckets)]
+    prepared = windows.prepare_split(records, self.tokenizer, types=self.types, name=name, **self.window_options)
+    return prepared, batching.eval_batches(prepared, batch_size=self.batch_size, buckets=self.buckets)
+
+  def bucket_lengths(self, texts: list[str]) -> list[int]:
+    """The bucket lengths `predict(texts)` runs batches of."""
+    return self._batches(texts, "predict (bucket lengths)")[1].lengths()
+
+  def predict(self, texts: list[str]) -> list[list[dict]]:
+    prepared, batches = self._batches(texts)
+    self.ready(batches.lengths())
+    hits = [self.window_hits(batch) for batch in batches]
     merged = merge.merge_predictions(prepared, merge.concat_hits(hits))
     return [[{"start": int(e["start"]), "end": int(e["end"]), "type": e["type"],
               "text": text[int(e["start"]):int(e["end"])], "score": round(float(e["score"]), 4)} for e in ents]

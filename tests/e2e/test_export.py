@@ -5,6 +5,7 @@ formats, threshold, streaming, user errors and gs:// paths; imports go export ->
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,9 +42,14 @@ def _predict_cmd(*flags, blocked: bool = False):
   return [sys.executable, *head, *flags]
 
 
-def _run(cmd, *, stdin: str = "", env=None):
-  return subprocess.run(cmd, input=stdin, cwd=ht.REPO, env=env or ht.subprocess_env(devices=1), text=True,
+def _run(cmd, *, stdin: str | bytes = "", env=None):
+  """The finished process; stdin given as bytes is passed as it is (stdout and stderr are decoded either way)."""
+  raw = isinstance(stdin, bytes)
+  proc = subprocess.run(cmd, input=stdin, cwd=ht.REPO, env=env or ht.subprocess_env(devices=1), text=not raw,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=180)
+  if raw:
+    proc.stdout, proc.stderr = proc.stdout.decode(), proc.stderr.decode()
+  return proc
 
 
 def _batch(predictor, texts, *, pipeline: bool = False):
@@ -119,12 +125,18 @@ def test_export_resolves_the_portable_policy_on_any_host(trained, tmp_path, monk
   assert manifest["compute_dtype"] == "float32" and set(built) == {export.PORTABLE_POLICY}
 
 
-def test_export_cli_threshold_wins_and_fused_attention_exports_as_xla(trained, tmp_path):
+def test_export_cli_threshold_wins_compiles_no_eval_step_and_fused_attention_exports_as_xla(trained, tmp_path):
   workdir, _, _ = trained
   out = tmp_path / "cli"
-  proc = _run([sys.executable, "-m", "gp_jax.export", f"--workdir={workdir}", f"--out={out}", "--threshold=0.7"])
+  # No persistent cache (a cache hit is no compile) and every XLA compile logged by jax.
+  env = ht.subprocess_env(devices=1, jit_cache=False, JAX_LOG_COMPILES=1)
+  proc = _run([sys.executable, "-m", "gp_jax.export", f"--workdir={workdir}", f"--out={out}", "--threshold=0.7"],
+              env=env)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert json.loads((out / "manifest.json").read_text())["threshold"] == 0.7
+  compiled = re.findall(r"Finished XLA compilation of (\S+)", proc.stderr)
+  assert "Finished tracing" in proc.stderr  # the log is on
+  assert not [name for name in compiled if "eval_step" in name], compiled  # the artifact holds no eval step
   # A run trained with splash attention (a TPU kernel) still exports: the folder gets the XLA attention.
   splash = tmp_path / "splash"
   shutil.copytree(workdir, splash)
@@ -273,6 +285,41 @@ def test_user_errors_one_line_exit_2(trained, untrained, tmp_path):
     assert proc.returncode == 2, (flags, proc.stderr[-2000:])
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], (flags, proc.stderr[-2000:])
+
+
+def test_input_not_utf8_is_one_line_naming_file_line_and_column(trained, tmp_path):
+  """Input files and standard input are decoded as strict UTF-8: a bad byte is a user error at its own line, not a
+  traceback (files) nor a silently replaced character (standard input)."""
+  _, out, _ = trained
+  jsonl_line = b'{"id": 2, "text": "caf\xe9"}'
+  cases = [  # (input bytes, format, line, byte, column): ASCII before the bad byte, so column = its byte offset + 1
+      (b"ok\ncaf\xe9 au lait\n", "lines", 2, 0xe9, 4),
+      (b'{"id": 1, "text": "ok"}\n' + jsonl_line + b"\n", "jsonl", 2, 0xe9, jsonl_line.index(b"\xe9") + 1),
+      (b"ok\nfine\n\xff\n", "lines", 3, 0xff, 1),
+  ]
+  for n, (data, fmt, line, byte, column) in enumerate(cases):
+    path = tmp_path / f"in{n}.{fmt}"
+    path.write_bytes(data)
+    for source, flags, stdin in [(str(path), [f"--input={path}"], b""), ("<stdin>", [], data)]:
+      proc = _run(_predict_cmd(f"--exported={out}", f"--input_format={fmt}", *flags), stdin=stdin)
+      want = f"gp_jax.predict: {source}:{line}: not valid UTF-8: byte 0x{byte:02x} at column {column} "
+      assert proc.returncode == 2 and proc.stderr.startswith(want), (source, data, proc.stderr[-2000:])
+      assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
+  # A CBLUE array with a bad byte: one line too (the file and what is wrong).
+  path = tmp_path / "in.json"
+  path.write_bytes(b'[{"text": "ok"},\n {"text": "caf\xe9"}]\n')
+  for flags, stdin in [([f"--input={path}"], b""), ([], path.read_bytes())]:
+    proc = _run(_predict_cmd(f"--exported={out}", "--input_format=cblue", *flags), stdin=stdin)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "not valid UTF-8" in lines[0], proc.stderr[-2000:]
+
+
+def test_export_help_lists_its_flags_and_those_it_shares_with_predict():
+  proc = _run([sys.executable, "-m", "gp_jax.export", "--help"])
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  for name in ("out", "format", "platforms", "hit_buffer", "workdir", "batch_size", "threshold"):
+    assert f"--{name}:" in proc.stdout + proc.stderr, name
+  assert "--input_format" not in proc.stdout + proc.stderr  # predict's own flags stay under --helpfull
 
 
 def test_gs_paths_in_and_out(trained, gcs_env, tmp_path):
