@@ -31,12 +31,10 @@ import shutil
 import tempfile
 from typing import Any, Iterable
 
-import huggingface_hub
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx, serialization
-from huggingface_hub import HfApi, constants, errors
 from safetensors.numpy import load_file
 
 from gp_jax import storage
@@ -269,17 +267,28 @@ def _copy_url(url: str) -> pathlib.Path:
   return dest
 
 
+def _hub():
+  """huggingface_hub, imported on first use: it loads an HTTP stack (~0.1 s) that local folders and predict never need."""
+  import huggingface_hub  # pylint: disable=g-import-not-at-top
+  from huggingface_hub import constants, errors  # pylint: disable=g-import-not-at-top,unused-import
+
+  return huggingface_hub
+
+
 def _hub_key(repo_id: str, revision: str | None) -> tuple:
+  constants = _hub().constants
   return ("hub", repo_id, revision, constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE, constants.ENDPOINT)
 
 
 def _hub_listing(repo_id: str, revision: str | None) -> tuple[str, list[str]] | None:
   """(commit, file names) of a hub revision; None when offline or the hub cannot be reached."""
+  hub = _hub()
+  constants, errors = hub.constants, hub.errors
   if constants.HF_HUB_OFFLINE:
     return None
   where = f"{repo_id}@{revision}" if revision else repo_id
   try:
-    info = HfApi().model_info(repo_id, revision=revision)
+    info = hub.HfApi().model_info(repo_id, revision=revision)
   except (errors.RepositoryNotFoundError, errors.RevisionNotFoundError, errors.GatedRepoError,
           errors.DisabledRepoError) as e:
     raise FileNotFoundError(f"hub model {where!r}: {_one_line(e)}") from e
@@ -296,9 +305,11 @@ def _one_line(e: Exception) -> str:
 
 def _hub_snapshot(repo_id: str, revision: str | None, patterns: list[str] | None) -> pathlib.Path:
   """snapshot_download of `patterns`; with None, the cached snapshot of the revision (no network)."""
+  hub = _hub()
+  constants, errors = hub.constants, hub.errors
   where = f"{repo_id}@{revision}" if revision else repo_id
   try:
-    return pathlib.Path(huggingface_hub.snapshot_download(
+    return pathlib.Path(hub.snapshot_download(
       repo_id, revision=revision, allow_patterns=patterns or ["config.json"], local_files_only=patterns is None))
   except (errors.LocalEntryNotFoundError, errors.IncompleteSnapshotError) as e:
     why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else f"the hub ({constants.ENDPOINT}) is unreachable"

@@ -31,7 +31,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.sharding import PartitionSpec as P
 
 from gp_jax import jax_private
@@ -169,6 +168,9 @@ def cudnn_attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, dropout_rate: float = 0.
 def splash_attention(q_BLHK, k_BLHK, v_BLHK, *, mask_BL, interpret: bool = False):
   """Splash attention per example, under `jax.shard_map` over the batch axes of the context mesh (none: one
   device). `interpret=True` runs the kernel in the Pallas interpreter (CPU tests)."""
+  # Deferred: splash attention loads Pallas' TPU lowering (~0.15 s), needed only on this path.
+  from jax.experimental.pallas.ops.tpu import splash_attention as splash  # pylint: disable=g-import-not-at-top
+
   _, L, H, K = q_BLHK.shape
   kernel = splash.make_splash_mha(splash.MultiHeadMask([splash.FullMask((L, L))] * H), head_shards=1,
                                   q_seq_shards=1, interpret=interpret)

@@ -36,7 +36,9 @@ import math
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
+
+# Deferred import below: jax.experimental.pallas.tpu (Mosaic lowering, ~0.15 s), only when a kernel is built, so
+# that predict and the XLA loss path do not pay for it at start-up.
 
 log = logging.getLogger(__name__)
 SHARED_TYPES_PER_PROGRAM = 16  # shared q/k head: types per program (one q.k dot each), bounded by VMEM
@@ -75,6 +77,12 @@ class _Spec:
     tiles = [(r, c) for r in range(n) for c in range(r, n) if W is None or (c - r) * bs <= bs + W - 2]
     return sorted(tiles, key=lambda rc: (rc[1], rc[0])) if by_column else tiles
 
+
+
+def _pltpu():
+  from jax.experimental.pallas import tpu  # pylint: disable=g-import-not-at-top
+
+  return tpu
 
 def _tile_size(length: int, block_size: int, compiled: bool) -> int:
   bs = max(1, min(block_size, length))
@@ -232,7 +240,7 @@ def _smem_rows_spec(spec, n):
   read one by one)."""
   G = spec.types // spec.types_per_step
   return pl.BlockSpec((None, spec.types_per_step, n), lambda b, g, t, *_: (b * G + g, 0, 0),
-                      memory_space=pltpu.SMEM)
+                      memory_space=_pltpu().SMEM)
 
 
 def _operands(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK, *, transposed):
@@ -275,7 +283,7 @@ def _blocks(spec, by_column):
 
 
 def _compiler_params(spec):
-  return None if spec.interpret else pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
+  return None if spec.interpret else _pltpu().CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
 
 
 def cost_estimate(spec, *, B: int, d: int, itemsize: int, backward: bool) -> pl.CostEstimate:
@@ -296,11 +304,11 @@ def _forward(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK):
   n = spec.types_per_step
   ops, specs, ranges = _operands(spec, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_BL, ids_BHK, transposed=False)
   a_blk, b_blk, T = _blocks(spec, by_column=False)
-  grid = pltpu.PrefetchScalarGridSpec(
+  grid = _pltpu().PrefetchScalarGridSpec(
       num_scalar_prefetch=3, grid=(B, H // n, T), in_specs=specs,
       out_specs=pl.BlockSpec((None, None, n, _LANES), lambda b, g, t, *_: (b, g, 0, 0)),
-      scratch_shapes=[pltpu.VMEM((n, _LANES), jnp.float32), pltpu.VMEM((n, _LANES), jnp.float32),
-                      pltpu.VMEM((spec.tile, spec.tile), jnp.int32)],
+      scratch_shapes=[_pltpu().VMEM((n, _LANES), jnp.float32), _pltpu().VMEM((n, _LANES), jnp.float32),
+                      _pltpu().VMEM((spec.tile, spec.tile), jnp.int32)],
   )
   out = pl.pallas_call(
       functools.partial(_fwd_kernel, spec), grid_spec=grid,
@@ -326,8 +334,8 @@ def _backward_pass(spec, res, stats_BH2, *, transposed):
   if has_bias:
     out_shape.append(jax.ShapeDtypeStruct((B, H, spec.padded, 1), jnp.float32))
     out_specs.append(pl.BlockSpec((None, n, bs, 1), lambda b, g, t, ab, bb, *_: (b, g, ab[t], 0)))
-  grid = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=3, grid=(B, G, T), in_specs=specs + [_smem_rows_spec(spec, 2)],
-                                      out_specs=out_specs, scratch_shapes=[pltpu.VMEM((bs, bs), jnp.int32)])
+  grid = _pltpu().PrefetchScalarGridSpec(num_scalar_prefetch=3, grid=(B, G, T), in_specs=specs + [_smem_rows_spec(spec, 2)],
+                                      out_specs=out_specs, scratch_shapes=[_pltpu().VMEM((bs, bs), jnp.int32)])
   outs = pl.pallas_call(
       functools.partial(_bwd_kernel, spec, transposed), grid_spec=grid, out_shape=out_shape,
       interpret=spec.interpret, compiler_params=_compiler_params(spec),
