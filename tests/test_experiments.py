@@ -20,7 +20,9 @@ CASES = [("msra_scratch", "", "msra"), ("rope_ablation", "", "msra"), ("rope_abl
          ("germeval_minilm", "", "germeval2014"), ("nested_study", "", "germeval2014"), ("synthetic", "", "synthetic"),
          ("rope_ablation", "dataset=people_daily", "people_daily"), ("su2022", "", "cluener2020"),
          ("su2022", "dataset=cmeee", "cmeee"), ("su2022", "dataset=people_daily,head=crf", "people_daily"),
-         ("people_daily_study", "", "people_daily"), ("tricks", "", "msra"), ("tricks", "dataset=cluener2020", "cluener2020")]
+         ("people_daily_study", "", "people_daily"), ("tricks", "", "msra"),
+         ("tricks", "dataset=cluener2020", "cluener2020"),
+         ("rope_ablation", "dataset=synthetic_distance", "synthetic_distance")]
 
 
 def test_every_experiment_is_covered():
@@ -79,6 +81,22 @@ def test_tricks_sweeps_five_cells_of_three_seeds():
   cells = [(o["config.optimizer.ema_decay"], o["config.adversarial.kind"]) for o in overrides]
   assert len(set(cells)) == 5 and all(cells.count(c) == 3 for c in set(cells))
   assert [o["config.seed"] for o in overrides] == [s for s in (0, 1, 2) for _ in range(5)]  # seed-major
+
+
+def test_rope_ablation_on_synthetic_distance_sweeps_12_points_in_one_study_folder():
+  path = os.path.join(ht.REPO, "experiments", "rope_ablation.py")
+  config = sweep.load_module(path).get_config("dataset=synthetic_distance")
+  assert config.data.name == "synthetic_distance" and config.model.encoder == "scratch"
+  # The encoder must not see from one bracket to the other (8 or more characters): 2 blocks, dilations 1 and 2.
+  assert config.model.num_layers == 2 and config.model.num_attn_layers == 0 and config.model.kernel_size == 3
+  assert tuple(config.model.dilations[:2]) == (1, 2)
+  runs = sweep.expand(f"{path}:dataset=synthetic_distance", "runs")
+  assert len({r.name for r in runs}) == len(runs) == 12
+  assert {r.name.split("/")[0] for r in runs} == {"dataset=synthetic_distance"}
+  cells = [tuple(dict(r.overrides)[k] for k in ("config.model.head", "config.model.use_rope", "config.seed"))
+           for r in runs]
+  assert sorted(cells) == sorted((h, rope, s) for h in ("standard", "efficient") for rope in (True, False)
+                                 for s in (0, 1, 2))
 
 
 @pytest.mark.e2e

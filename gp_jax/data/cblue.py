@@ -18,24 +18,51 @@ JSON lines; it backs `data.name=cblue` (user files) and the `cmeee`/`cmeee_v2` c
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from gp_jax.data.readers import DataError, ReadReport, Records
+from gp_jax.data.readers import DataError, ReadReport, Records, utf8_error
 from gp_jax.data.types import Entity, Record
 
-CHUNK_CHARS = 1 << 20  # characters read per step by iter_cblue
+CHUNK_CHARS = 1 << 20  # bytes (characters for a text stream without a byte buffer) read per step by iter_cblue
 
 
 class _Stream:
-  """Text of a file read in chunks, with the consumed prefix dropped and line numbers kept."""
+  """Text of a file read in chunks, with the consumed prefix dropped and line numbers kept.
+
+  Bytes are decoded here, strictly, so that a byte that is not UTF-8 is reported at its own line and column
+  (a text file is read through its byte buffer when it has one, as sys.stdin does); a UTF-8 byte-order mark at
+  the start is dropped."""
 
   def __init__(self, f, where: str, chunk: int):
-    self.f, self.where, self.chunk = f, where, chunk
+    self.f, self.where, self.chunk = getattr(f, "buffer", f), where, chunk
     self.buf, self.pos, self.eof = "", 0, False
     self.line, self._counted = 1, 0  # line number at buf[_counted]
+    self._pending = b""  # the start of a character cut by the chunk boundary
+    self._newlines, self._tail = 0, 0  # over all text decoded so far: line breaks, characters after the last one
+    self._at_start = True  # no text decoded yet
+
+  def _decode(self, piece) -> str:
+    """The text of the next chunk read; raises DataError at the true line and column of a bad byte."""
+    if isinstance(piece, str):
+      text = piece
+    else:
+      data = self._pending + piece
+      if self._at_start and data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+      try:
+        text, self._pending = data.decode("utf-8"), b""
+      except UnicodeDecodeError as e:
+        if piece and e.end == len(data) and len(data) - e.start < 4:  # a character cut by the chunk: read on
+          text, self._pending = data[:e.start].decode("utf-8"), data[e.start:]
+        else:
+          raise utf8_error(self.where, data, e, line=self._newlines + 1, column=self._tail + 1) from None
+    if self._at_start and text:
+      text, self._at_start = text.removeprefix("\ufeff"), False
+    return text
 
   def more(self) -> bool:
     """Reads one more chunk (dropping what was consumed); False at end of file."""
@@ -43,12 +70,17 @@ class _Stream:
       return False
     try:
       piece = self.f.read(self.chunk)
-    except UnicodeDecodeError as e:
-      raise DataError(self.where, self.line_at(self.pos), f"not valid UTF-8 ({e.reason})", reason="encoding") from e
+    except UnicodeDecodeError as e:  # a text stream without a byte buffer decodes by itself: only a bound is known
+      raise DataError(self.where, None, f"not valid UTF-8 after line {self._newlines + 1} ({e.reason}); convert "
+                      "the file to UTF-8 (e.g. iconv -f GB18030 -t UTF-8)", reason="encoding") from None
+    text = self._decode(piece)
+    n = text.count("\n")
+    self._newlines += n
+    self._tail = len(text) - text.rfind("\n") - 1 if n else self._tail + len(text)
     self.line_at(self.pos)
-    self.buf, self._counted, self.pos = self.buf[self.pos:] + piece, 0, 0
+    self.buf, self._counted, self.pos = self.buf[self.pos:] + text, 0, 0
     self.eof = not piece
-    return bool(piece)
+    return bool(text) or self.more()
 
   def line_at(self, pos: int) -> int:
     """1-based line of buf[pos]; pos must not go backwards between calls."""
@@ -116,7 +148,7 @@ def iter_cblue(path: str | os.PathLike, *, strict: bool = True, allow_unlabelled
                report: ReadReport | None = None, chunk_chars: int = CHUNK_CHARS) -> Iterator[tuple[int, dict]]:
   """Yields (index, record) for each record of a CBLUE/CMeEE JSON array, validated, one at a time.
 
-  The file is one JSON document but is never held whole: it is read `chunk_chars` characters at a time and each
+  The file is one JSON document but is never held whole: it is read `chunk_chars` bytes at a time and each
   record is decoded with `json.JSONDecoder.raw_decode` as soon as it is complete, so memory stays at about one
   chunk plus one record (a 100 MB file streams). Records are the file's dicts as they are ("text", "entities"
   with inclusive `end_idx`, any other keys). A record that fails `check_record` raises DataError naming the file,
@@ -126,20 +158,22 @@ def iter_cblue(path: str | os.PathLike, *, strict: bool = True, allow_unlabelled
   where = os.fspath(path)
   if not os.path.isfile(where):
     raise DataError(where, None, "no such file", reason="missing_file")
-  with open(where, encoding="utf-8-sig") as f:
+  with open(where, "rb") as f:
     yield from iter_cblue_file(f, source=where, strict=strict, allow_unlabelled=allow_unlabelled, report=report,
                                chunk_chars=chunk_chars)
 
 
 def iter_cblue_file(f, *, source: str, strict: bool = True, allow_unlabelled: bool = True,
                     report: ReadReport | None = None, chunk_chars: int = CHUNK_CHARS) -> Iterator[tuple[int, dict]]:
-  """`iter_cblue` over an open text file (`source` names it in errors), e.g. standard input or a gs:// object."""
+  """`iter_cblue` over an open file, binary or text (`source` names it in errors), e.g. standard input or a gs://
+  object."""
   where = source
   decoder = json.JSONDecoder()
   s = _Stream(f, where, chunk_chars)
   if s.peek() != "[":
-    raise DataError(where, s.line_at(s.pos), f"starts with {s.buf[s.pos:s.pos + 20]!r}: expected a JSON array "
-                    "of records [{\"text\", \"entities\"}, ...]", reason="bad_json")
+    found = f"starts with {s.buf[s.pos:s.pos + 20]!r}" if s.peek() else "is empty"
+    raise DataError(where, s.line_at(s.pos) if s.peek() else None, found + ": expected a JSON array of records "
+                    "[{\"text\", \"entities\"}, ...]", reason="bad_json")
   s.pos += 1
   index = 0
   while True:
@@ -162,7 +196,11 @@ def iter_cblue_file(f, *, source: str, strict: bool = True, allow_unlabelled: bo
         obj, end = decoder.raw_decode(s.buf, s.pos)
       except json.JSONDecodeError as e:
         if s.eof:
-          raise DataError(where, line, f"record {index}: malformed JSON ({e.msg})", reason="bad_json") from None
+          at = line + s.buf.count("\n", s.pos, e.pos)
+          raise DataError(where, at, f"record {index}: malformed JSON ({e.msg})"
+                          + ("" if at == line else f" in the record that starts on line {line}")
+                          + ": expected a JSON array of records [{\"text\", \"entities\"}, ...] (python -m json.tool "
+                          "FILE shows where it breaks)", reason="bad_json") from None
         s.more()
         continue
       if end < len(s.buf) or s.eof:  # a value ending at the buffer's end may go on (a number)

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from gp_jax.data.readers import DataError, utf8_error
 from gp_jax.data.types import Encoding
 
 PAD, UNK = "[PAD]", "[UNK]"
@@ -243,11 +244,25 @@ class CharTokenizer:
 
   @classmethod
   def load(cls, directory: str) -> "CharTokenizer":
-    with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
-      manifest = json.load(f)
+    manifest = _read_json(os.path.join(directory, MANIFEST))
     if manifest.get("kind") != "char":
       raise ValueError(f"{directory} holds a {manifest.get('kind')!r} tokenizer, not 'char'")
-    with open(os.path.join(directory, manifest.get("vocab_file", VOCAB_FILE)), encoding="utf-8") as f:
-      vocab = json.load(f)
+    vocab = _read_json(os.path.join(directory, manifest.get("vocab_file", VOCAB_FILE)))
     chars, bigrams = vocab["chars"][2:], [tuple(ab) for ab in vocab["bigrams"][2:]]
     return cls(chars, bigrams, lowercase=manifest["lowercase"], nfkc=manifest["nfkc"])
+
+
+def _read_json(path: str) -> dict:
+  """A JSON object written by `save`; a damaged file is a DataError at its true line."""
+  with open(path, "rb") as f:
+    data = f.read()
+  fix = "expected the tokenizer file written by training: restore it from the run's workdir or retrain"
+  try:
+    obj = json.loads(data.decode("utf-8"))
+  except UnicodeDecodeError as e:
+    raise utf8_error(path, data, e) from None
+  except json.JSONDecodeError as e:
+    raise DataError(path, e.lineno, f"malformed JSON ({e.msg} at column {e.colno}): {fix}", reason="bad_json") from None
+  if not isinstance(obj, dict):
+    raise DataError(path, 1, f"a JSON {type(obj).__name__}: {fix}", reason="bad_json")
+  return obj

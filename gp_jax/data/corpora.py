@@ -12,6 +12,7 @@ import logging
 import operator
 import os
 import pathlib
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,7 +69,10 @@ def get_builder(name: str, *, manual_dir: str | os.PathLike | None = None,
   manual_dir = pathlib.Path(manual_dir) if manual_dir else default_manual_dir(name)
   builder = cls(data_dir=os.fspath(data_dir), file_format="array_record")
   if not builder.is_prepared():
-    log.info("Building %s from %s into %s", name, manual_dir, data_dir)
+    # The files read are logged by the builder as it reads them: MSRA may come from the package index.
+    log.info("Building %s into %s (first use)", name, builder.data_dir)
+    if not sys.stderr.isatty():  # tqdm's bars are escape codes and carriage returns in a log file
+      tfds.display_progress_bar(False)
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=os.fspath(manual_dir)))
   return builder
 
@@ -91,7 +95,7 @@ def load_split(name: str, split: str, *, manual_dir: str | os.PathLike | None = 
                                              cache=pathlib.Path(builder.data_dir).parent))
     raise UserError(f"corpus {name} has no split {split!r}; available: {', '.join(available)}")
   return RecordSource(builder.as_data_source(split), name=name, split=split,
-                      metadata=dict(builder.info.metadata))
+                      metadata=dict(builder.info.metadata), data_dir=builder.data_dir)
 
 
 def missing_optional_split(name: str, split: str, fname: str, *, manual_dir, cache: pathlib.Path) -> str:
@@ -152,11 +156,17 @@ class RecordSource(Sequence):
 
   chunk = 1024  # records decoded per read when iterating
 
-  def __init__(self, source, *, name: str, split: str, metadata: dict):
+  def __init__(self, source, *, name: str, split: str, metadata: dict, data_dir: str = ""):
     self._source = source
     self._raw = _raw_source(source)
-    self.name, self.split, self.metadata = name, split, metadata
+    self.name, self.split, self.metadata, self.data_dir = name, split, metadata, data_dir
     self.labelled = split not in metadata.get("unlabelled_splits", [])
+
+  def origin(self) -> str:
+    """Where the records came from: the file the split was built from (when the build recorded it), and the
+    TFDS folder they are read from."""
+    built = self.metadata.get("sources", {}).get(self.split)
+    return f"{self.name}/{self.split} " + (f"built from {built}, " if built else "") + f"read from {self.data_dir}"
 
   def __len__(self) -> int:
     return len(self._source)

@@ -106,6 +106,17 @@ def _open(source: PathOrFile, name: str | None) -> tuple[Any, str, bool]:
   raise TypeError(f"expected a path or a file, got {type(source).__name__}")
 
 
+def utf8_error(name: str, data: bytes, error: UnicodeDecodeError, *, line: int = 1, column: int = 1) -> DataError:
+  """The DataError for the bad byte at `error.start` of `data`, whose first byte is at `line`, `column` of the
+  file: the true line and column of that byte, what it is, and how to fix the file."""
+  start = error.start
+  line += data.count(b"\n", 0, start)
+  line_start = data.rfind(b"\n", 0, start) + 1
+  column = (column if line_start == 0 else 1) + len(data[line_start:start].decode("utf-8", "replace"))
+  return DataError(name, line, f"not valid UTF-8: byte 0x{data[start]:02x} at column {column} ({error.reason}); "
+                   "convert the file to UTF-8 (e.g. iconv -f GB18030 -t UTF-8)", reason="encoding")
+
+
 def text_lines(f: Any, name: str) -> Iterator[tuple[int, str]]:
   """(1-based line number, line without its line break) of a binary or text file, decoded as strict UTF-8 one
   line at a time, so that a bad byte is reported at its own line (a text file is read through its byte buffer
@@ -118,10 +129,7 @@ def text_lines(f: Any, name: str) -> Iterator[tuple[int, str]]:
       try:
         line = line.decode("utf-8")
       except UnicodeDecodeError as e:
-        column = len(line[:e.start].decode("utf-8", "replace")) + 1
-        raise DataError(name, lineno, f"not valid UTF-8: byte 0x{line[e.start]:02x} at column {column} ({e.reason}); "
-                        "convert the file to UTF-8 (e.g. iconv -f GB18030 -t UTF-8)",
-                        reason="encoding") from None
+        raise utf8_error(name, line, e, line=lineno) from None
     elif lineno == 1:
       line = line.removeprefix("\ufeff")
     yield lineno, line.rstrip("\r\n")

