@@ -50,7 +50,6 @@ before JAX reads it.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import json
 import os
@@ -63,6 +62,7 @@ import numpy as np
 
 from benchmarks import common
 from gp_jax import runtime
+from gp_jax.configs import args as args_lib
 from gp_jax.data import batching
 
 # Deferred imports below: jax and whatever imports it (flax, gp_jax's models, ops, evaluate, factory and sharding,
@@ -175,16 +175,8 @@ def table_row(H: int, L: int, runs: dict[str, list[dict]], idle: str) -> str:
 
 
 def load_experiment(path: str):
-  """The experiment file at `path` as a module (its repo on sys.path, so it can import `experiments.*`)."""
-  spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
-  if spec is None:
-    raise FileNotFoundError(f"no experiment file {path!r}")
-  repo = os.path.dirname(os.path.dirname(os.path.abspath(path)))
-  if repo not in sys.path:
-    sys.path.insert(0, repo)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  """The experiment file at `path` as a module (gp_jax.configs.args.load_experiment)."""
+  return args_lib.load_experiment(path)
 
 
 def head_fns(config, tokenizer, types, mesh, head: str, batches, dev) -> dict:

@@ -19,11 +19,13 @@ from importlib import metadata
 
 from gp_jax import runtime
 
+from . import command
+
 # jax is imported in `topology_devices` only: launch.compile reads this module before it sets JAX_PLATFORMS
 # (`use_cpu`), and launch.tpu reads it without starting JAX at all.
 
 INSTALL_HINT = "pip install -e '.[aot]' (libtpu for this jax) compiles every point for its slice first"
-GPU_INSTALL_HINT = "python -m launch.compile --install_gpu_compiler (jax's CUDA plugin for this jaxlib, ~130 MB)"
+GPU_INSTALL_HINT = f"{command('compile')} --install_gpu_compiler (jax's CUDA plugin for this jaxlib, ~130 MB)"
 GPU_PLUGIN = "jax_plugins.xla_cuda13"
 ENV_GPU_PLUGINS = (GPU_PLUGIN, "jax_plugins.xla_cuda12")  # either, installed in the environment, is used as it is
 GPU_PLUGIN_WHEELS = ("jax-cuda13-plugin", "jax-cuda13-pjrt")

@@ -42,10 +42,11 @@ import json
 import sys
 from importlib import metadata
 
-from launch.accelerators import (accelerator_slice, gpu_compiler_missing, gpu_memory_fraction, install_gpu_compiler,
-                                 libtpu_missing, use_cpu)
+from . import prog
+from .accelerators import (accelerator_slice, gpu_compiler_missing, gpu_memory_fraction, install_gpu_compiler,
+                           libtpu_missing, use_cpu)
 # tests/test_hlo_traffic.py takes the compile-only devices from here.
-from launch.points import NUM_TYPES, SCRATCH_VOCAB, STEPS, sweep_points
+from .points import NUM_TYPES, SCRATCH_VOCAB, STEPS, sweep_points
 
 # launch.compiler and gp_jax import jax, so main imports them once `use_cpu` has set JAX_PLATFORMS: this process
 # computes on the CPU whatever libtpu or GPU plugin is installed.
@@ -72,7 +73,7 @@ def exit_status(rows: list, unexpected: bool) -> int:
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog="python -m launch.compile", description=__doc__,
+  p = argparse.ArgumentParser(prog=prog("compile"), description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--config", help="experiment file, optionally with ':arg' (required unless installing)")
   p.add_argument("--accelerator_type", help="v4-8, v5litepod-16, v5p-8, v6e-8, ...; GPUs: h100-1, h100-8, h200-16, ...")
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
     print(missing, file=sys.stderr)
     return EXIT_ERROR
   from gp_jax import aot  # pylint: disable=g-import-not-at-top
-  from launch import compiler as compiler_lib  # pylint: disable=g-import-not-at-top
+  from . import compiler as compiler_lib  # pylint: disable=g-import-not-at-top
 
   try:
     mesh_sizes = aot.parse_mesh(args.mesh) if args.mesh else None

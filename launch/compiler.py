@@ -28,9 +28,10 @@ from gp_jax.errors import UserError
 from gp_jax.models import pretrained as pretrained_lib
 from gp_jax.ops import pallas_zlpr
 from gp_jax.optim import make_optimizer
-from launch.accelerators import GIB, Slice, topology_devices
-from launch.failures import failure
-from launch.points import NUM_TYPES, SCRATCH_VOCAB, STEPS, Point, program_key
+
+from .accelerators import GIB, Slice, topology_devices
+from .failures import failure
+from .points import NUM_TYPES, SCRATCH_VOCAB, STEPS, Point, program_key
 
 TRITON_TILING = "Couldn't find output tile sizes"  # XLA:GPU, no autotuning: a GEMM fusion no Triton tiling fits
 TOTAL_STEPS = 10_000  # the schedule's length only sets constants in the step
@@ -58,8 +59,8 @@ def encoder_config_json(pretrained: str) -> dict:
 def entity_types(config, num_types: int) -> tuple[list[str], str]:
   """(types, where they came from): the corpus's own, else `num_types` stand-ins."""
   name = config.data.name
-  if name == "synthetic":
-    return list(sources.SYNTHETIC_TYPES), "synthetic"
+  if name in sources.SYNTHETIC_CORPORA:
+    return list(sources.SYNTHETIC_CORPORA[name][1]), name
   if name in corpora.NAMES:
     return list(corpora.corpus_types(name)), name
   return [f"T{i}" for i in range(num_types)], f"stand-in for {name} files (--num_types)"

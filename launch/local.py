@@ -3,14 +3,21 @@
   python -m launch.local --config=experiments/rope_ablation.py --workdir=runs/rope
   python -m launch.local --config=experiments/rope_ablation.py:dataset=cluener2020 --workdir=runs/rope
   python -m launch.local --config=experiments/synthetic.py:quick --workdir=runs/q --dry_run -- --config.seed=1
+  gp-jax-local ...   (the same, once the package is installed: pip install -e .)
 
 Each point gets the folder WORKDIR/<arg or "default">/<overrides> (see launch/sweep.py). Points whose
 results.json says "finished" are skipped; the others (preempted, failed, never started) are run with the
 same command, which resumes from their last checkpoint. So after a crash or a SIGTERM, rerun the same line.
 
+--dry_run runs nothing: it lists each point's status and command, then builds each unfinished point's config as
+the run would (the experiment's get_config, the --config.k=v overrides, the trainer's run spec, a config.json the
+point's folder already holds) and prints one `error: POINT: WHY` line per point that would stop before its first
+step (exit status 2 when there is one).
+
 SIGTERM or Ctrl-C to this process is passed to the running point as SIGTERM (it saves a checkpoint and stops) and no
 further points start. WORKDIR may be a gs:// path (results are read through etils.epath).
-Exit status: 1 if a point failed, else 0 (preempted points are listed; rerun to resume them).
+Exit status: 1 if a point failed, 2 for a user error (a missing experiment file, a bad point under --dry_run),
+else 0 (preempted points are listed; rerun to resume them).
 
 With --workers=N, N sweep workers (`python -m launch.worker`, one JAX process each, --devices_per_worker=K fake
 CPU devices each through XLA_FLAGS) share the points through leases in WORKDIR/_launch/ (a fake pod of N
@@ -34,7 +41,8 @@ import sys
 import tempfile
 
 from gp_jax import storage
-from launch import sweep
+
+from . import command, module_name, points, prog, sweep, user_errors_exit_2
 
 # What happens to a point, from its status before this invocation.
 _ACTION = {sweep.FINISHED: "skipped", sweep.MISSING: "new"}
@@ -54,13 +62,27 @@ def summary_lines(rows: list[tuple[str, str, str, str]]) -> list[str]:
   return [f"sweep summary ({len(rows)} points):", *out, "summary: " + " | ".join(counts)]
 
 
+def dry_run_check(runs: list[sweep.Run]) -> int:
+  """The dry run's config check of the points that would run: 0 when every one would start, else 2."""
+  pending = [r for r in runs if sweep.run_status(r.workdir)[0] != sweep.FINISHED]
+  print(f"checking the configs of {len(pending)} unfinished point{'s' * (len(pending) != 1)} ...", flush=True)
+  bad = points.check_points(pending, out=lambda line: print(line, file=sys.stderr, flush=True))
+  if bad:
+    print(f"{len(bad)} of {len(pending)} points would stop before their first step (lines above)", flush=True)
+    return 2
+  print("every config builds", flush=True)
+  return 0
+
+
+@user_errors_exit_2
 def main(argv=None):
-  parser = argparse.ArgumentParser(prog="python -m launch.local", description=__doc__,
+  parser = argparse.ArgumentParser(prog=prog("local"), description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--config", required=True, help="experiment file, optionally with ':arg' (passed to "
                       "get_config and get_sweep)")
   parser.add_argument("--workdir", required=True, help="sweep root; one sub-folder per point (local or gs://)")
-  parser.add_argument("--dry_run", action="store_true", help="print each point's status and command; run nothing")
+  parser.add_argument("--dry_run", action="store_true", help="print each point's status and command, check every "
+                      "unfinished point's config (one error line per bad point, exit 2); run nothing")
   parser.add_argument("--only", default="", help="run only the points whose folder name matches this regular "
                       "expression (e.g. 'seed=0' for a first batch)")
   parser.add_argument("--workers", type=int, default=0, help="run N lease-sharing workers at once instead of "
@@ -119,10 +141,10 @@ def main(argv=None):
   print("\n".join(summary_lines(rows)), flush=True)
   if args.dry_run:
     print("(dry run: nothing was run; statuses are the current ones)", flush=True)
-    return 0
+    return dry_run_check(runs)
   if any(r[3] != sweep.FINISHED for r in rows):
     print("Rerun the same command to resume unfinished points; "
-          f"results: python -m launch.report {args.workdir}", flush=True)
+          f"results: {command('report')} {args.workdir}", flush=True)
   return 1 if any(r[3] == sweep.FAILED for r in rows) else 0
 
 
@@ -130,7 +152,7 @@ def main(argv=None):
 
 
 def worker_argv(args, i: int) -> list[str]:
-  argv = [sys.executable, "-m", "launch.worker", f"--config={args.config}", f"--workdir={args.workdir}",
+  argv = [sys.executable, "-m", module_name("worker"), f"--config={args.config}", f"--workdir={args.workdir}",
           f"--name=local-w{i}"]
   if args.only:
     argv.append(f"--only={args.only}")
@@ -173,8 +195,6 @@ def worker_gpus(workers: int, per_worker: int) -> list[str]:
 def run_workers(args, gpu_sets: list[str] | None = None) -> int:
   runs = sweep.expand(args.config, args.workdir, extra=args.extra)
   remote = "://" in args.workdir
-  log_dir = tempfile.mkdtemp(prefix="gp_jax_workers_") if remote else sweep.join(args.workdir, "_launch/logs")
-  os.makedirs(log_dir, exist_ok=True)
   commands = [worker_argv(args, i) for i in range(args.workers)]
   env = worker_env(args.devices_per_worker)
   envs = [dict(env, CUDA_VISIBLE_DEVICES=gpu_sets[i]) if gpu_sets else env for i in range(args.workers)]
@@ -188,7 +208,9 @@ def run_workers(args, gpu_sets: list[str] | None = None) -> int:
     for r in runs:
       print(f"  {r.name}: {before[r.name]}", flush=True)
     print("(dry run: nothing was run)", flush=True)
-    return 0
+    return dry_run_check([r for r in runs if not args.only or re.search(args.only, r.name)])
+  log_dir = tempfile.mkdtemp(prefix="gp_jax_workers_") if remote else sweep.join(args.workdir, "_launch/logs")
+  os.makedirs(log_dir, exist_ok=True)
   procs, logs = [], []
   for i, cmd in enumerate(commands):
     logs.append(open(os.path.join(log_dir, f"local-w{i}.log"), "ab"))

@@ -1,12 +1,16 @@
 """The points of a sweep as `launch.compile` builds them: the config each would train with, and which points share
-one program."""
+one program; and the config check of the launchers' dry runs (`config_problem`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 
-from launch import sweep, worker
+from gp_jax import runtime, storage
+from gp_jax.configs.args import check_override_keys
+from gp_jax.errors import UserError
+
+from . import sweep, worker
 
 STEPS = ("train", "eval")
 SCRATCH_VOCAB = 6000  # stand-in: CJK corpora have 4-6k distinct chars (MSRA: 4734)
@@ -41,3 +45,69 @@ def program_key(config) -> str:
   for k in NOT_IN_PROGRAM:
     flat.pop(k, None)
   return json.dumps(flat, sort_keys=True)
+
+
+# ----------------------------------------------------------------------------- dry runs: would the point start?
+
+
+def _one_line(e: BaseException) -> str:
+  """An exception as one line: its message's first line, with its type unless it is a UserError."""
+  text = (str(e).strip().splitlines() or [""])[0]
+  return text if isinstance(e, UserError) else f"{type(e).__name__}: {text}"
+
+
+def _build_error(e: BaseException, run: sweep.Run) -> str:
+  """What a failed config build says, as gp_jax.main says it: the innermost UserError of the chain (absl wraps it),
+  else the override key the config lacks, else the root cause."""
+  chain, seen = [], set()
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    chain.append(e)
+    e = e.__cause__ or e.__context__
+  user = [x for x in chain if isinstance(x, UserError)]
+  if user:
+    return _one_line(user[-1])
+  try:
+    unknown = check_override_keys(list(run.argv[3:]))
+  except Exception:  # pylint: disable=broad-except
+    unknown = None
+  return unknown or _one_line(chain[-1])
+
+
+def config_problem(run: sweep.Run, *, platform: str | None = None, workdir: bool = True) -> str | None:
+  """Why the point `run` would stop before its first step, in one line; None when it would start. Checked as the
+  run would meet it: the config `python -m gp_jax.main` builds from the point's flags (the experiment's get_config,
+  the --config.k=v overrides), the run spec the trainer resolves from it for `platform` (gp_jax.factory.run_spec;
+  default this machine's backend) and, with `workdir`, the config.json of a run the workdir already holds
+  (gp_jax.resume.check_workdir: a changed config is refused). Imports jax (the run spec)."""
+  try:
+    config = worker.load_config(run)
+  except Exception as e:  # pylint: disable=broad-except
+    return _build_error(e, run)
+  if config is None or not hasattr(config, "model"):
+    return f"get_config returned {type(config).__name__}, not a ConfigDict of gp_jax.configs.base's fields"
+  if platform is None:
+    runtime.configure_platforms()  # as the run would: no TPU backend probed where libtpu sits on a CPU machine
+  from gp_jax import factory, resume  # pylint: disable=g-import-not-at-top
+
+  try:
+    factory.run_spec(config, platform)
+    root = storage.path(run.workdir)
+    if workdir and (root / "config.json").exists():
+      resume.check_workdir(config, root)
+  except Exception as e:  # pylint: disable=broad-except
+    return _one_line(e)
+  return None
+
+
+def check_points(runs: list[sweep.Run], *, platform: str | None = None, workdir: bool = True,
+                 out=print) -> list[tuple[str, str]]:
+  """`config_problem` of every run; each bad one as an `error: POINT: WHY` line through `out`. Returns (name, why)
+  of the bad ones."""
+  bad = []
+  for run in runs:
+    why = config_problem(run, platform=platform, workdir=workdir)
+    if why is not None:
+      bad.append((run.name, why))
+      out(f"error: {run.name}: {why}")
+  return bad

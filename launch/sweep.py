@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import importlib.util
 import inspect
 import json
 import os
@@ -23,6 +22,11 @@ import sys
 
 import fsspec
 from etils import epath
+
+from gp_jax.configs.args import load_experiment
+from gp_jax.errors import UserError
+
+from . import command
 
 FINISHED, PREEMPTED, FAILED = "finished", "preempted", "failed"
 STARTED, MISSING = "started", "missing"  # a workdir without results.json / no workdir at all
@@ -43,15 +47,8 @@ class Run:
 
 
 def load_module(path: str):
-  spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
-  if spec is None:
-    raise FileNotFoundError(f"no experiment file {path!r}")
-  module = importlib.util.module_from_spec(spec)
-  repo = os.path.dirname(os.path.dirname(os.path.abspath(path)))
-  if repo not in sys.path:
-    sys.path.insert(0, repo)
-  spec.loader.exec_module(module)
-  return module
+  """The experiment file at `path` (gp_jax.configs.args.load_experiment)."""
+  return load_experiment(path)
 
 
 def sweep_points(module, arg: str | None) -> list[dict]:
@@ -115,7 +112,7 @@ def expand(config_spec: str, workdir_root: str, *, extra=(), python: str = sys.e
   for overrides in points:
     name = run_name(arg, overrides, short)
     if name in seen:
-      raise ValueError(f"{path}: sweep points {seen[name]} and {overrides} both map to folder {name!r}")
+      raise UserError(f"{path}: sweep points {seen[name]} and {overrides} both map to folder {name!r}")
     seen[name] = overrides
     workdir = join(workdir_root, name)
     argv = [python, "-m", "gp_jax.main", f"--config={command_config or config_spec}", f"--workdir={workdir}"]
@@ -159,7 +156,8 @@ def run_status(workdir: str) -> tuple[str, dict | None]:
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = argparse.ArgumentParser(prog=command("sweep"), description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = parser.add_subparsers(dest="cmd", required=True)
   p = sub.add_parser("finished", help="exit 0 when WORKDIR/results.json says finished, 1 otherwise")
   p.add_argument("workdir", help="a run's workdir (local or gs://)")

@@ -21,10 +21,13 @@ so rerunning the same `run` command after a preemption or a failure finishes the
 to WORKDIR/_launch/logs/ every 5 minutes and at the end. One supervisor runs per host at a time (a lock in
 ~/.gp_jax_queue.lock).
 
-Before anything is shipped, `run` compiles every point for the topology it runs on (the whole slice, or one
-host's slice under --hosts_per_point=1) with `launch.compile` (libtpu on this CPU machine) and refuses a sweep with
-a point that does not fit, naming the point and the reason (`--nopreflight` skips the check; without libtpu it says
-so in one line and goes on). `--dry_run` prints that table too.
+Before anything is shipped (and under `--dry_run`), `run` builds every point's config as its worker will (the
+experiment's get_config, the --config.k=v flags, the trainer's run spec for TPU) and refuses the sweep with one
+`error: POINT: WHY` line per point that would stop before its first step (exit status 2). Then it compiles every
+point for the topology it runs on (the whole slice, or one host's slice under --hosts_per_point=1) with
+`launch.compile` (libtpu on this CPU machine) and refuses a sweep with a point that does not fit, naming the point
+and the reason (`--nopreflight` skips the compile; without libtpu it says so in one line and goes on). `--dry_run`
+prints that table too.
 
 `status` reads each point's results.json (or its last metrics.jsonl line) and prints point, status, step
 and dev F1; with --config it also lists the points that have not started. See docs/tpu.md.
@@ -44,10 +47,11 @@ import time
 from etils import epath
 
 from gp_jax import storage
-from launch import accelerators, sweep
-from launch import compile as compile_lib
-from launch.report.runs import find_runs, last_metrics
-from launch.tpu_commands import (create_command, default_runtime, delete_command, describe_command, host_as_slice_env,
+
+from . import accelerators, command, module_name, points, prog, sweep, user_errors_exit_2
+from . import compile as compile_lib
+from .report.runs import find_runs, last_metrics
+from .tpu_commands import (create_command, default_runtime, delete_command, describe_command, host_as_slice_env,
                                  slice_names, ssh_command, watch_actions, worker_plan, worker_running_command)
 
 
@@ -111,7 +115,7 @@ def preflight_type(accelerator_type: str, hosts_per_point: str) -> str:
 def preflight_command(args, python: str = sys.executable) -> list[str]:
   """`launch.compile` of every point of the sweep for the topology it runs on."""
   target = preflight_type(args.accelerator_type, args.hosts_per_point)
-  return [python, "-m", "launch.compile", f"--config={args.config}", f"--accelerator_type={target}",
+  return [python, "-m", module_name("compile"), f"--config={args.config}", f"--accelerator_type={target}",
           *(["--", *args.extra] if args.extra else [])]
 
 
@@ -153,7 +157,15 @@ def cmd_run(args) -> int:
                          text=True).stdout.strip()
   if dirty:
     print(f"WARNING: uncommitted changes are not shipped; workers get {args.ref} ({sha}).", file=sys.stderr)
-  n = len(sweep.expand(args.config, args.workdir))
+  runs = sweep.expand(args.config, args.workdir, extra=args.extra)
+  n = len(runs)
+  print(f"checking the configs of {n} point{'s' * (n != 1)} for TPU ...", flush=True)
+  bad = points.check_points(runs, platform="tpu", workdir=False,
+                            out=lambda line: print(line, file=sys.stderr, flush=True))
+  if bad:
+    print(f"refused: {len(bad)} of {n} points would stop before their first step (lines above); nothing was "
+          "shipped", file=sys.stderr, flush=True)
+    return 2
   if args.preflight:
     status = preflight(args, repo)
     if status:
@@ -180,7 +192,7 @@ def cmd_run(args) -> int:
       return 1
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
-  print(f"Started. Progress: python -m launch.tpu status --workdir={args.workdir} --config={args.config}")
+  print(f"Started. Progress: {command('tpu')} status --workdir={args.workdir} --config={args.config}")
   return 0
 
 
@@ -283,8 +295,8 @@ def cmd_status(args) -> int:
 
 def _slice_flags(p) -> None:
   p.add_argument("--tpu", required=True, help="queued resource / node name (NAME-i with --slices=N)")
-  p.add_argument("--zone", required=True)
-  p.add_argument("--project", default=None)
+  p.add_argument("--zone", required=True, help="its zone, e.g. us-central2-b")
+  p.add_argument("--project", default=None, help="GCP project (default: gcloud's configured one)")
   p.add_argument("--accelerator_type", default="v4-8", help="e.g. v4-8, v4-32, v5litepod-16")
   p.add_argument("--runtime_version", default=None, help="default: tpu-ubuntu2204-base (v4), v2-alpha-tpuv5-lite (v5e)")
   p.add_argument("--slices", type=int, default=1, help="N separate single-slice queued resources sharing one workdir")
@@ -308,14 +320,15 @@ def _worker_flags(p) -> None:
                  "preflight compiles for, and with --hosts_per_point=1 what each host is told")
 
 
+@user_errors_exit_2
 def main(argv=None):
-  parser = argparse.ArgumentParser(prog="python -m launch.tpu", description=__doc__,
+  parser = argparse.ArgumentParser(prog=prog("tpu"), description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = parser.add_subparsers(dest="cmd", required=True, metavar="{run,create,watch,status}")
   run = sub.add_parser("run", help="ship the code and start the sweep's workers, detached, on every host",
                        description="Ship REF to every host of the slice(s) and start the lease-based workers, "
                        "detached. Rerun the same command to resume after a preemption (finished points are skipped). "
-                       "Details: python -m launch.tpu --help, docs/tpu.md.")
+                       f"Details: {command('tpu')} --help, docs/tpu.md.")
   run.add_argument("--tpu", required=True, help="TPU VM (pod slice) name")
   run.add_argument("--zone", required=True, help="its zone, e.g. us-central2-b")
   run.add_argument("--project", default=None, help="GCP project (default: gcloud's configured one)")
@@ -345,12 +358,13 @@ def main(argv=None):
   wa.add_argument("--config", required=True, help="experiment file in this repo, optionally with ':arg'")
   wa.add_argument("--workdir", required=True, help="sweep root, gs://BUCKET/...")
   wa.add_argument("--ref", default="HEAD", help="git ref to ship")
-  wa.add_argument("--hosts_per_point", choices=("1", "all"), default="all")
+  wa.add_argument("--hosts_per_point", choices=("1", "all"), default="all", help="as for `run`: all (the hosts of "
+                  "a slice train one point together) or 1 (every host its own worker)")
   _python_flag(wa)
   wa.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
   wa.add_argument("--max_retries", type=int, default=10, help="re-creations per slice, counted in WORKDIR/_launch/")
   wa.add_argument("--delete_when_done", action="store_true", help="delete the slices once every point finished")
-  wa.add_argument("--interval_s", type=float, default=120.0)
+  wa.add_argument("--interval_s", type=float, default=120.0, help="seconds between passes (default 120)")
   wa.add_argument("--dry_run", action="store_true", help="one pass with --assume_state; print what it would run")
   wa.add_argument("--assume_state", default="SUSPENDED", help="with --dry_run: the state every slice is taken to "
                   "be in (ACTIVE, SUSPENDED, GONE, ...)")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import shlex
 
+from . import module_name
+
 LOG_COPY_EVERY_S = 300  # workers.sh: copy the running worker's log into WORKDIR/_launch/logs this often
 
 
@@ -107,7 +109,7 @@ def worker_script(*, sha: str, slice_name: str, config: str, workdir: str, extra
   nothing is left, restarting it after a crash; copies its log and queue.log into WORKDIR/_launch/logs/ every
   LOG_COPY_EVERY_S seconds and when it exits."""
   per_host = hosts_per_point == "1"
-  worker = ["launch.worker", f"--config={config}", f"--workdir={workdir}"]
+  worker = [module_name("worker"), f"--config={config}", f"--workdir={workdir}"]
   lines = [
       "#!/usr/bin/env bash",
       f"# gp_jax sweep workers, written by launch.tpu: {config}, code {sha}, slice {slice_name}, "

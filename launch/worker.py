@@ -31,13 +31,14 @@ import time
 
 import numpy as np
 from absl import flags
-from ml_collections import config_flags
 
 from gp_jax import lease as lease_lib
 from gp_jax import runtime, storage
 from gp_jax import workdir as wd
 from gp_jax.configs import base as base_config
-from launch import sweep
+from gp_jax.configs.args import define_config_file
+
+from . import module_name, prog, sweep, user_errors_exit_2
 
 # Deferred imports below: jax, Orbax and the trainer, where they are used. They are slow to import and a worker with
 # nothing left to run (or a test's stand-in runner) needs none of them; launch.compile imports this module (through
@@ -46,7 +47,8 @@ from launch import sweep
 EXIT_DONE, EXIT_USAGE, EXIT_PREEMPTED, EXIT_LOST, EXIT_INCOMPLETE = 0, 2, 3, 4, 10
 NONE_LEFT, WAIT = -1, -2  # choices besides a point index
 
-log = logging.getLogger("launch.worker")
+log = logging.getLogger(module_name("worker"))
+TRAIN_POINT = f"{module_name('worker')}:train_point"  # the default --runner
 
 
 def _print(msg: str) -> None:
@@ -58,8 +60,7 @@ def load_config(run: sweep.Run):
   argv = ["worker", *run.argv[3:]]
   fv = flags.FlagValues()
   # The override flags (--config.k=v) are defined while the config file is loaded, from `sys_argv`.
-  holder = config_flags.DEFINE_config_file("config", None, "experiment config", flag_values=fv, lock_config=False,
-                                           sys_argv=argv)
+  holder = define_config_file("config", "experiment config", flag_values=fv, lock_config=False, sys_argv=argv)
   flags.DEFINE_string("workdir", None, "run folder", flag_values=fv)
   fv(argv)
   return holder.value
@@ -143,8 +144,9 @@ def train_point(config, workdir: str) -> dict:
   return train.train_and_evaluate(config, workdir)
 
 
+@user_errors_exit_2
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m launch.worker", description=__doc__,
+  parser = argparse.ArgumentParser(prog=prog("worker"), description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--config", required=True, help="experiment file, optionally with ':arg'")
   parser.add_argument("--workdir", required=True, help="sweep root (local or gs://); leases in ROOT/_launch/")
@@ -152,13 +154,16 @@ def main(argv=None) -> int:
   parser.add_argument("--only", default="", help="only the points whose folder name matches this regex")
   parser.add_argument("--multihost", action="store_true", help="jax.distributed.initialize() first (a group of "
                       "several processes: every host of a slice, or --coordinator_address/...)")
-  parser.add_argument("--coordinator_address", default="")
-  parser.add_argument("--num_processes", type=int, default=None)
-  parser.add_argument("--process_id", type=int, default=None)
+  parser.add_argument("--coordinator_address", default="", help="with --multihost off TPU: host:port of process 0 "
+                      "(default: jax.distributed finds the slice by itself)")
+  parser.add_argument("--num_processes", type=int, default=None, help="with --coordinator_address: processes in "
+                      "the group")
+  parser.add_argument("--process_id", type=int, default=None, help="with --coordinator_address: this process's "
+                      "index (0 chooses the points)")
   parser.add_argument("--poll_s", type=float, default=None, help="wait between looks while every free point is "
                       "leased by another live worker (default: the lease heartbeat)")
-  parser.add_argument("--runner", default="launch.worker:train_point", help="module:function(config, workdir) -> "
-                      "summary dict (tests use a stand-in)")
+  parser.add_argument("--runner", default=TRAIN_POINT, help="module:function(config, workdir) -> summary dict (tests "
+                      "use a stand-in)")
   parser.add_argument("extra", nargs="*", help="flags for every point, after '--'")
   args = parser.parse_args(argv)
 
@@ -175,7 +180,7 @@ def main(argv=None) -> int:
     is_main = jax.process_index() == 0
   else:
     is_main = True
-  if args.runner == "launch.worker:train_point":
+  if args.runner == TRAIN_POINT:
     runtime.configure()
 
   runs = sweep.expand(args.config, args.workdir, extra=args.extra)

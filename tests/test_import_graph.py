@@ -119,3 +119,31 @@ def test_the_package_launcher_and_benchmarks_import_in_one_direction():
   graph = package_graph(package_sources())
   assert not forbidden_edges(graph), forbidden_edges(graph)
   assert not cycles(graph), cycles(graph)
+
+
+# Modules allowed to change sys.path, and why: none of them to import an experiment file.
+SYS_PATH_EDITS = {"launch.accelerators": "the GPU compiler plugin's folder in the user cache (--install_gpu_compiler)"}
+
+
+def sys_path_edits(sources: dict[str, tuple[str, bool]]) -> list[str]:
+  """'module:line' of every call that changes sys.path (insert, append, extend, remove, assignment)."""
+  out = []
+  for module, (source, _) in sources.items():
+    for node in ast.walk(ast.parse(source)):
+      target = None
+      if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        target = node.func.value
+      elif isinstance(node, (ast.Assign, ast.AugAssign)):
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+      if target is not None and ast.unparse(target) == "sys.path":
+        out.append((module, node.lineno))
+  return [f"{m}:{line}" for m, line in sorted(out)]
+
+
+def test_experiment_files_are_loaded_without_editing_sys_path():
+  """Experiment files are imported in one place (gp_jax.configs.args.load_experiment), from their path: no module of
+  the package, the launcher or the benchmarks puts the repository on sys.path."""
+  assert sys_path_edits({"m": ("import sys\nsys.path.insert(0, 'x')\nsys.path += ['y']\nprint(sys.path)\n", False)}) \
+      == ["m:2", "m:3"]
+  edits = [e for e in sys_path_edits(package_sources()) if e.split(":")[0] not in SYS_PATH_EDITS]
+  assert not edits, edits

@@ -146,8 +146,19 @@ def test_status_of_results():
   assert sweep.status_of({"preempted": True, "steps": 3}) == "preempted"  # files from before "status"
 
 
+# ROPE_LIKE with configs that build: the dry run builds every unfinished point's config.
+ROPE_LIKE_BUILDS = """
+    from gp_jax.configs import base
+    def get_config(arg=None):
+      return base.get_config("quick")
+    def get_sweep(arg=None):
+      seeds = (0, 1) if arg and "cluener" in arg else (0,)
+      return [{"config.model.use_rope": r, "config.seed": s} for r in (True, False) for s in seeds]
+    """
+
+
 def test_local_dry_run_reports_plan(tmp_path, capsys):
-  exp = _write_experiment(tmp_path, ROPE_LIKE)
+  exp = _write_experiment(tmp_path, ROPE_LIKE_BUILDS)
   root = str(tmp_path / "runs")
   runs = sweep.expand(exp + ":cluener", root)
   _write_results(runs[0].workdir, status="finished")
@@ -158,11 +169,100 @@ def test_local_dry_run_reports_plan(tmp_path, capsys):
   assert f"{runs[0].name} (finished, skipped)" in out and f"{runs[1].name} (preempted, resumed)" in out
   assert f"{runs[2].name} (failed, resumed)" in out and f"{runs[3].name} (missing, new)" in out
   assert "skipped 1 | resumed 2 | new 1" in out
+  assert "checking the configs of 3 unfinished points ...\nevery config builds" in out
 
   # --only keeps the points whose folder matches.
   assert local.main([f"--config={exp}:cluener", f"--workdir={root}", "--dry_run", f"--only={runs[3].name}$"]) == 0
   out = capsys.readouterr().out
   assert f"{runs[3].name} (missing, new)" in out and runs[0].name not in out
+
+
+BAD_POINTS = """
+    from gp_jax.configs import base
+    from gp_jax.errors import UserError
+    def get_config(arg=None):
+      if arg == "refuse":
+        raise UserError("exp.py: this experiment refuses arg 'refuse'; use quick")
+      return base.get_config("quick")
+    def get_sweep(arg=None):
+      return [{"config.seed": 0}, {"config.model.dtype": "float8"}, {"config.model.hed": "crf"},
+              {"config.model.head": "crf", "config.loss.implementation": "pallas"}, {"config.seed": 1}]
+    """
+
+
+def test_dry_run_names_each_point_that_would_not_start(tmp_path, capsys):
+  """One error line per bad point, with the reason the run itself would give; the good points pass; exit 2."""
+  exp = _write_experiment(tmp_path, BAD_POINTS)
+  root = str(tmp_path / "runs")
+  runs = sweep.expand(exp, root)
+  # The last point's folder holds a run of another config: resuming it would be refused.
+  saved = base.get_config("quick")
+  saved.model.hidden_size = 96
+  os.makedirs(runs[4].workdir)
+  with open(os.path.join(runs[4].workdir, "config.json"), "w") as f:
+    f.write(saved.to_json_best_effort())
+  assert local.main([f"--config={exp}", f"--workdir={root}", "--dry_run"]) == 2
+  captured = capsys.readouterr()
+  errors = captured.err.splitlines()
+  assert [ln.split(": ")[1] for ln in errors] == [r.name for r in runs[1:]], captured.err
+  assert "model.dtype must be one of" in errors[0] and "'float8'" in errors[0]
+  assert "unknown config key 'model.hed'" in errors[1] and "closest: model.head" in errors[1]
+  assert "loss.implementation=pallas is the blockwise span loss's kernel" in errors[2]
+  assert "holds a run of another config" in errors[3] and "model.hidden_size: 96 -> 64" in errors[3]
+  assert "4 of 5 points would stop before their first step" in captured.out
+
+  # An experiment that refuses its arg: every point, with the experiment's own line; the worker plan checks too.
+  args = [f"--config={exp}:refuse", f"--workdir={tmp_path / 'other'}", "--dry_run"]
+  assert local.main(args) == 2
+  err = capsys.readouterr().err.splitlines()
+  assert len(err) == 5 and all(ln.endswith(": exp.py: this experiment refuses arg 'refuse'; use quick") for ln in err)
+  assert local.main([*args, "--workers=2"]) == 2
+  assert len(capsys.readouterr().err.splitlines()) == 5
+  assert not (tmp_path / "other").exists()  # a dry run writes nothing
+
+  # A missing experiment file is one line, exit 2.
+  assert local.main([f"--config={tmp_path / 'nope.py'}", f"--workdir={root}", "--dry_run"]) == 2
+  assert capsys.readouterr().err.splitlines() == [
+      f"error: no experiment file {tmp_path / 'nope.py'}: --config takes a Python file with get_config(arg), e.g. "
+      "experiments/synthetic.py:quick"]
+
+
+def test_tpu_run_refuses_a_point_that_would_not_start(tmp_path, capsys):
+  exp = _write_experiment(tmp_path, BAD_POINTS)
+  rc = tpu.main(["run", "--tpu=pod", "--zone=z", f"--config={exp}", "--workdir=gs://b/runs", "--dry_run"])
+  assert rc == 2
+  captured = capsys.readouterr()
+  assert "gcloud" not in captured.out and "refused: 3 of 5 points" in captured.err
+  assert len([ln for ln in captured.err.splitlines() if ln.startswith("error: ")]) == 3
+  # The flags after `--` reach every point, in the check as on the hosts.
+  rc = tpu.main(["run", "--tpu=pod", "--zone=z", "--config=experiments/synthetic.py:quick", "--workdir=gs://b/r",
+                 "--dry_run", "--", "--config.model.dtype=float8"])
+  assert rc == 2 and "refused: 2 of 2 points" in capsys.readouterr().err
+
+
+def test_experiment_files_load_from_any_folder_without_sys_path(tmp_path):
+  """A file of a package folder imports its siblings (experiments/head_ablation.py imports rope_ablation) from
+  another working directory, and nothing is added to sys.path; a plain file loads afresh on every call."""
+  code = textwrap.dedent(f"""\
+      import sys
+      from gp_jax.configs.args import build_config, load_experiment
+      before = list(sys.path)
+      config = build_config({os.path.join(EXPERIMENTS, "head_ablation.py")!r} + ":quick")
+      assert sys.path == before, (before, sys.path)
+      print(config.model.head, sys.modules["experiments"].__path__[0])
+      """)
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.split() == ["standard", EXPERIMENTS]
+
+  from gp_jax.configs.args import load_experiment
+
+  path = _write_experiment(tmp_path, "N = 1\n", "plain.py")
+  first = load_experiment(path)
+  _write_experiment(tmp_path, "N = 2\n", "plain.py")
+  assert (first.N, load_experiment(path).N) == (1, 2)
 
 
 # ----------------------------------------------------------------------------- a real local sweep
@@ -365,10 +465,37 @@ def test_tpu_status_table(tmp_path, capsys):
   assert f"| {runs[0].name} | finished | 100 | 50.00 |" in out and f"| {runs[2].name} | started | 7 | - |" in out
 
 
-def test_cli_help():
-  for args in (["launch.local"], ["launch.tpu"], ["launch.tpu", "run"], ["launch.tpu", "status"], ["launch.report"]):
+def _declared_flags(module) -> list[str]:
+  """The --flags a module's source declares (every add_argument call), each asserted to carry a help text."""
+  import ast  # pylint: disable=g-import-not-at-top
+
+  out = []
+  for node in ast.walk(ast.parse(open(module.__file__).read())):
+    if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+      assert any(k.arg == "help" for k in node.keywords), f"{module.__name__}: {ast.unparse(node)} has no help"
+      out += [a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
+  return out
+
+
+def test_every_cli_help_lists_its_own_flags(capsys):
+  from launch import compile as compile_cli
+  from launch import report, worker
+
+  for module, commands in ((local, [[]]), (worker, [[]]), (report, [[]]), (compile_cli, [[]]),
+                           (tpu, [[], ["run"], ["create"], ["watch"], ["status"]])):
+    text = ""
+    for command in commands:
+      with pytest.raises(SystemExit) as e:
+        module.main([*command, "--help"])
+      assert e.value.code == 0
+      text += capsys.readouterr().out
+    name = module.__name__.split(".")[-1]
+    assert text.startswith(f"usage: python -m launch.{name}"), text[:200]
+    missing = [f for f in _declared_flags(module) if not re.search(rf"(^|[\s\[,]){re.escape(f)}\b", text)]
+    assert not missing, f"{module.__name__} --help lacks {missing}"
+  for args in (["launch.report"], ["launch.worker"], ["launch.tpu", "status"]):  # python -m ..., as users type it
     out = subprocess.run([sys.executable, "-m", *args, "--help"], cwd=REPO, capture_output=True, text=True)
-    assert out.returncode == 0 and "usage" in out.stdout.lower(), out.stderr
+    assert out.returncode == 0 and out.stdout.startswith(f"usage: python -m {args[0]}"), out.stderr
 
 
 def test_gpu_workers_each_get_their_own_gpus(tmp_path, monkeypatch, capsys):

@@ -746,3 +746,97 @@ def test_no_common_seed_is_one_line(tmp_path, capsys):
   assert "- skipped people_daily, scratch: RoPE on vs off (standard): no seed in common (seeds 0 vs 1)" in out
   with pytest.raises(SystemExit):
     report.main([root, "--influence_k", "0"])
+
+
+def test_missing_or_empty_folder_is_one_line_and_exit_2(tmp_path, capsys):
+  empty = tmp_path / "empty"
+  (empty / "sub").mkdir(parents=True)
+  (empty / "sub" / "notes.txt").write_text("no run here")
+  for root, says in ((tmp_path / "nope", "is not a folder"), (empty, "holds no run folder")):
+    assert report.main([str(root)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert captured.err.startswith(f"error: {root} ") and says in captured.err
+  root = str(tmp_path / "runs")  # a folder with one run (not finished) is a report, not an error
+  _run(root, "a", dataset="msra", rope=True, seed=0, status="failed", error="boom")
+  assert report.main([root]) == 0
+  assert "(no finished runs)" in capsys.readouterr().out
+
+
+def _zero(root, name, *, rope, seed, head="standard"):
+  """A finished run that found no entity: F1 0 on dev and test, per-record counts all misses."""
+  res = _run(root, name, dataset="cluener2020", rope=rope, seed=seed, head=head)
+  for split in ("dev", "test"):
+    res[split].update(f1=0.0, precision=0.0, recall=0.0, per_record={"tp": [0] * 8, "fp": [0] * 8, "fn": [1] * 8})
+  with open(os.path.join(root, name, "results.json"), "w") as f:
+    json.dump(res, f)
+
+
+def test_cells_at_f1_zero_or_with_failed_runs_are_flagged_never_holds(tmp_path):
+  """rope_ablation.py:dataset=cluener2020,quick once scored F1 0 in every cell and the report said "holds"."""
+  from launch.report import stats
+
+  root = str(tmp_path / "runs")
+  for seed in (0, 1):
+    for head in ("standard", "efficient"):
+      for rope in (True, False):
+        _zero(root, f"{head},rope={rope},seed={seed}", rope=rope, seed=seed, head=head)
+  _run(root, "standard,rope=True,seed=2", dataset="cluener2020", rope=True, seed=2, status="failed", error="nan")
+  for seed in (0, 1):
+    _run(root, f"crf,seed={seed}", dataset="cluener2020", rope=True, seed=seed, head="crf", status="failed")
+  rows = report.collect(root)
+  summary = report.summarize(rows)
+  compared = stats.significance(summary)
+  assert len(compared) == 4 and all(r["flags"] and not r["significant"] for r in compared)
+  rope_std = next(r for r in compared if r["what"] == "RoPE on vs off (standard)")
+  assert rope_std["flags"] == ["standard, RoPE: test F1 0 in 2 of 2 seeds (0, 1)",
+                               "standard, RoPE: 1 run failed (seed 2)",
+                               "standard, no RoPE: test F1 0 in 2 of 2 seeds (0, 1)"]
+  assert rope_std["influence"]["top"] == []  # what once printed "holds (no record carries it)"
+  text = report.markdown(rows, summary, resamples=200)
+  assert "holds" not in text
+  groups = text.split("## Significance")[0]
+  cells = [ln for ln in groups.splitlines() if ln.startswith("| cluener2020 ")]
+  assert len(cells) == 4 and all("**flagged**: dev F1 0 in 2 of 2 seeds (0, 1); test F1 0 in 2 of 2 seeds" in ln
+                                 for ln in cells)
+  assert sum("1 run failed (seed 2)" in ln for ln in cells) == 1
+  assert "- cluener2020, scratch, crf: 2 runs failed (seeds 0, 1)" in groups  # a cell with no finished run
+  sig = [ln for ln in text.split("## Significance")[1].split("## Influence")[0].splitlines() if ln.startswith("| 1 ")]
+  assert "flagged: efficient, RoPE: test F1 0" in sig[0] and sig[0].endswith("| no |")
+  influence = text.split("## Influence")[1].split("\n## ")[0]
+  assert influence.count("**flagged**: ") == 4
+
+  # A sound study has no check column and no flags.
+  good = str(tmp_path / "good")
+  for seed in (0, 1):
+    _run(good, f"on{seed}", dataset="msra", rope=True, seed=seed)
+    _run(good, f"off{seed}", dataset="msra", rope=False, seed=seed)
+  rows = report.collect(good)
+  text = report.markdown(rows, report.summarize(rows))
+  assert "check" not in text.splitlines()[2] and "**flagged**" not in text and "flagged:" not in text
+
+
+def test_legends_fit_inside_the_figure(tmp_path):
+  """Four head x RoPE cells on one panel: the legend above it stays inside the figure and clear of the panel."""
+  root = str(tmp_path / "runs")
+  for seed in (0, 1):
+    for head in ("standard", "efficient"):
+      for rope in (True, False):
+        _run(root, f"{head},rope={rope},seed={seed}", dataset="cluener2020", rope=rope, seed=seed, head=head)
+    _run(root, f"crf,seed={seed}", dataset="cluener2020", rope=True, seed=seed, head="crf")
+  rows = report.collect(root)
+  summary = report.summarize(rows)
+  for fig in (report.plot_by_length(rows, summary), report.plot_f1(summary)):
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    page = fig.bbox
+    [legend] = fig.legends
+    box = legend.get_window_extent(renderer)
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
+    assert len(legend.get_texts()) >= 3
+    for ax in fig.axes:
+      top = ax.get_tightbbox(renderer)  # the panel with its title
+      assert top.y1 <= box.y0 and page.x0 <= top.x0 and top.x1 <= page.x1, (top, box)
+    for text in fig.texts:  # a figure title sits between the legend and the panels
+      t = text.get_window_extent(renderer)
+      assert page.x0 <= t.x0 and t.x1 <= page.x1 and t.y1 <= box.y0, (t, box)

@@ -38,6 +38,9 @@ and the axis gives the gold entities per bucket) and, when some run has a dev hi
 PREFIX_epochs.png (dev F1 by epoch per head x RoPE cell: mean over seeds, band = min..max).
 Plots need matplotlib: pip install -e '.[plots]'.
 
+Exit status 2 (one line on stderr) when a DIR does not exist or holds no run folder; 1 when --out cannot draw its
+figures (no matplotlib); else 0.
+
 Modules: runs.py (find run folders, read config/results/history, resolve configs), stats.py (cells, mean +- std,
 pooled by-length F1, t-interval, t-test, paired bootstrap, Holm, influence; numpy and scipy.stats), tables.py
 (markdown), plots.py (figures); this file is the CLI (`python -m launch.report`).
@@ -50,16 +53,29 @@ import sys
 
 from etils import epath
 
+from .. import prog
+
 # The package's API: `from launch import report; report.collect(...)`.
-from launch.report.plots import plot_by_length, plot_epochs, plot_f1, variant_tags, write_plots  # noqa: F401
-from launch.report.runs import collect, find_runs, last_metrics  # noqa: F401
-from launch.report.stats import INFLUENCE_K
-from launch.report.stats import compare, holm, influence, pooled_by_length, summarize  # noqa: F401
-from launch.report.tables import groups_table, influence_table, length_table, markdown  # noqa: F401
+from .plots import plot_by_length, plot_epochs, plot_f1, variant_tags, write_plots  # noqa: F401
+from .runs import MAX_DEPTH, collect, find_runs, last_metrics  # noqa: F401
+from .stats import INFLUENCE_K
+from .stats import compare, holm, influence, pooled_by_length, summarize  # noqa: F401
+from .tables import groups_table, influence_table, length_table, markdown  # noqa: F401
+
+
+def missing_roots(roots) -> str | None:
+  """One line naming the first DIR that does not exist or holds no run folder; None when every one holds runs."""
+  for root in roots:
+    if not epath.Path(root).is_dir():
+      return f"{root} is not a folder: give the sweep folder a launcher wrote (e.g. runs/rope)"
+    if not find_runs(root):
+      return (f"{root} holds no run folder (a folder with config.json or results.json, up to {MAX_DEPTH} levels "
+              "down): nothing has run there yet, or the runs are in another folder")
+  return None
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(prog="python -m launch.report", description=__doc__,
+  parser = argparse.ArgumentParser(prog=prog("report"), description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("roots", nargs="+", metavar="DIR", help="sweep folders holding run workdirs (local or gs://)")
   parser.add_argument("--out", default=None, metavar="PREFIX",
@@ -69,6 +85,10 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.influence_k < 1:
     parser.error("--influence_k must be at least 1")
+  problem = missing_roots(args.roots)
+  if problem:
+    print(f"error: {problem}", file=sys.stderr)
+    return 2
   rows = collect(args.roots)
   summary = summarize(rows)
   text = markdown(rows, summary, influence_k=args.influence_k)

@@ -2,6 +2,6 @@
 
 import sys
 
-from launch.report import main
+from . import main
 
 sys.exit(main())

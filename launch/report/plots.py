@@ -7,8 +7,8 @@ import statistics
 
 from etils import epath
 
-from launch.report.runs import NO_ROPE, PLAIN, TAGGER
-from launch.report.stats import gold_by_length, length_buckets, pooled_by_length
+from .runs import NO_ROPE, PLAIN, TAGGER
+from .stats import gold_by_length, length_buckets, pooled_by_length
 
 ROPE_STYLE = {  # rope -> (label, bar colour, line style)
     "True": ("RoPE", "tab:blue", "-"),
@@ -81,12 +81,44 @@ def _markers(summary: list[dict]) -> dict[str, str]:
   return {e: "osD^v"[i % 5] for i, e in enumerate(sorted({g["encoder"] for g in summary}))}
 
 
-def _cell_legend(fig, plt, summary: list[dict]):
-  """Figure-level legend of the (head, rope) line styles, above the panels."""
+def _cell_handles(plt, summary: list[dict]) -> list:
+  """Legend entries of the (head, rope) line styles."""
   style = _cell_style(summary)
-  handles = [plt.Line2D([], [], color=style[k][1], linestyle=style[k][2], linewidth=2, label=style[k][0])
-             for k in _cell_order(summary)]
-  fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=10, frameon=False)
+  return [plt.Line2D([], [], color=style[k][1], linestyle=style[k][2], linewidth=2, label=style[k][0])
+          for k in _cell_order(summary)]
+
+
+_MARGIN_IN = 0.1  # inches kept free at the figure's edges and between the legend, the title and the panels
+
+
+def _layout_with_legend(fig, handles: list, *, title: str | None = None, fontsize: int = 10):
+  """A legend centred above the panels (and `title` under it), in as few rows as fit the figure's width with equal
+  rows; the figure grows by their height, so the panels keep their size, and the panels are laid out below."""
+  renderer = fig.canvas.get_renderer()
+  room = fig.get_figwidth() * fig.dpi - 2 * _MARGIN_IN * fig.dpi
+  fits = 1
+  for ncol in range(len(handles), 0, -1):
+    trial = fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=fontsize, frameon=False)
+    wide = trial.get_window_extent(renderer).width
+    trial.remove()
+    if wide <= room:
+      fits = ncol
+      break
+  rows = -(-len(handles) // fits)
+  ncol = -(-len(handles) // rows)  # the same rows, filled evenly
+  panels_h = fig.get_figheight()
+  legend = fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=fontsize, frameon=False,
+                      bbox_to_anchor=(0.5, 1.0))
+  top = legend.get_window_extent(renderer).height / fig.dpi + _MARGIN_IN
+  text = fig.text(0.5, 1.0, title, fontsize=11, ha="center", va="top") if title else None  # not a suptitle,
+  # which tight_layout would make room for a second time
+  if text is not None:
+    top += text.get_window_extent(renderer).height / fig.dpi + _MARGIN_IN
+  height = panels_h + top
+  fig.set_figheight(height)
+  if text is not None:
+    text.set_y(1 - (legend.get_window_extent(renderer).height / fig.dpi + _MARGIN_IN) / height)
+  fig.tight_layout(rect=(0, 0, 1, 1 - (top + _MARGIN_IN) / height))
 
 
 def _panel(g: dict) -> str:
@@ -153,11 +185,8 @@ def plot_f1(summary: list[dict], path: str | None = None):
   handles = [shown[k] for k in (s[0] for s in ROPE_STYLE.values()) if k in shown]
   handles += [h for k, h in shown.items() if h not in handles]
   if handles:
-    dot = plt.Line2D([], [], marker="o", color="black", linestyle="", markersize=4, label="one seed")
-    fig.legend(handles=handles + [dot], loc="upper center", ncol=len(handles) + 1, fontsize=10, frameon=False)
-  height = fig.get_figheight()  # the legend and title take a fixed height in inches above the panels
-  fig.suptitle("F1 per dataset: bar = mean over seeds, dots = seeds, n = seeds", fontsize=11, y=1 - 0.5 / height)
-  fig.tight_layout(rect=(0, 0, 1, 1 - 0.85 / height))
+    handles.append(plt.Line2D([], [], marker="o", color="black", linestyle="", markersize=4, label="one seed"))
+  _layout_with_legend(fig, handles, title="F1 per dataset: bar = mean over seeds, dots = seeds, n = seeds")
   if path:
     _save(fig, path)
   return fig
@@ -194,8 +223,7 @@ def plot_by_length(rows: list[dict], summary: list[dict], path: str | None = Non
     ax.set_xlabel("gold entity length (encoder tokens); gold entities per run", fontsize=10)
     ax.set_ylabel("dev F1 (%), pooled over seeds", fontsize=10)
     ax.grid(alpha=0.3)
-  _cell_legend(fig, plt, summary)
-  fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / fig.get_figheight()))
+  _layout_with_legend(fig, _cell_handles(plt, summary))
   if path:
     _save(fig, path)
   return fig

@@ -9,13 +9,13 @@ import math
 from etils import epath
 
 from gp_jax.configs.base import get_config
-from launch import sweep
+from .. import sweep
 
 # Deferred imports below: gp_jax's taggers and evaluate, where an older results.json needs them. They import jax and
 # Flax, slow to import, which a report of current files never needs (nor launch.tpu, which imports this module).
 
 _RUN_FILES = ("config.json", "results.json")
-_MAX_DEPTH = 8
+MAX_DEPTH = 8
 PLAIN = "plain"  # run without training tricks
 SPAN, TAGGER = "span", "tagger"  # results.json head_kind
 NO_ROPE = "n/a"  # tagger heads have no RoPE; their config's use_rope is ignored
@@ -38,7 +38,7 @@ def find_runs(root) -> list[tuple[str, object]]:
     if any(c.name in _RUN_FILES for c in children):
       out.append((rel or ".", path))
       return
-    if depth < _MAX_DEPTH:
+    if depth < MAX_DEPTH:
       for c in sorted(children, key=lambda c: c.name):
         if c.is_dir():
           walk(c, f"{rel}/{c.name}" if rel else c.name, depth + 1)

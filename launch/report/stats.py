@@ -11,8 +11,8 @@ import statistics
 import numpy as np
 from scipy import stats as scipy_stats
 
-from launch import sweep
-from launch.report.runs import PLAIN, config_defaults
+from .. import sweep
+from .runs import NO_ROPE, PLAIN, config_defaults
 
 GROUP_KEYS = ("dataset", "encoder", "head", "rope")  # and "max_len" when a dataset's runs differ in it (group_keys)
 # (column, getter on results.json); F1/P/R are fractions in results.json and shown in %.
@@ -80,7 +80,8 @@ def summarize(rows: list[dict]) -> list[dict]:
   """Finished runs grouped into cells: one cell per resolved config but the seed (runs.resolved_config), shown by
   `group_keys(rows)` plus, when runs shown alike differ in other keys, a "variant" naming those keys (non-default
   values). Each: {key fields, [variant], config, head_kind, n, runs, members, metrics: {column: (mean, std,
-  count)}, epochs: [per seed], stopped_early and best_at_end: [per seed, None = unknown]}."""
+  count)}, epochs: [per seed], stopped_early and best_at_end: [per seed, None = unknown], failed: [{run, seed}] of
+  the failed runs of the same resolved config (never averaged; `cell_flags` names them)}."""
   keys = group_keys(rows)
   finished = [row for row in rows if row["status"] == sweep.FINISHED]
   vkeys = variant_keys(finished, keys)
@@ -89,6 +90,10 @@ def summarize(rows: list[dict]) -> list[dict]:
     config = row.get("config") or {}
     shown = tuple(str(row.get(k)) for k in keys)
     groups.setdefault((shown, tuple(_js(config.get(k)) for k in vkeys)), []).append(row)
+  failed: dict[str, list[dict]] = {}
+  for row in rows:
+    if row["status"] == sweep.FAILED:
+      failed.setdefault(_js(row.get("config") or {}), []).append(row)
   out = []
   for shown, variant in sorted(groups):
     members = groups[(shown, variant)]
@@ -101,7 +106,52 @@ def summarize(rows: list[dict]) -> list[dict]:
                 "runs": [m["run"] for m in members], "members": members, "metrics": metrics,
                 "epochs": [m["epochs"] for m in members if m["epochs"] is not None],
                 "stopped_early": [m["stopped_early"] for m in members],
-                "best_at_end": [m["best_at_end"] for m in members]})
+                "best_at_end": [m["best_at_end"] for m in members],
+                "failed": [{"run": r["run"], "seed": r["seed"]}
+                           for r in failed.get(_js(members[0].get("config") or {}), [])]})
+  return out
+
+
+def failed_cells(rows: list[dict], summary: list[dict]) -> list[tuple[str, list[dict]]]:
+  """Cells with no finished run but failed ones (absent from `summary`): (dataset, encoder and `cell_name`, the
+  failed runs), in run order."""
+  known = {_js(g["config"]) for g in summary}
+  out: dict[str, list[dict]] = {}
+  for row in rows:
+    key = _js(row.get("config") or {})
+    if row["status"] == sweep.FAILED and key not in known:
+      out.setdefault(key, []).append(row)
+  shown = lambda r: {"head": r["head"], "rope": str(r["rope"]), "trick": r.get("trick", PLAIN)}  # noqa: E731
+  return [(f"{runs[0]['dataset']}, {runs[0]['encoder']}, {cell_name(shown(runs[0]))}", runs) for runs in out.values()]
+
+
+def cell_name(g: dict) -> str:
+  """A cell as the report names it: head, RoPE, then the tricks, max_len and variant that tell it apart."""
+  parts = [g["head"] if g["rope"] == NO_ROPE else f"{g['head']}, {_rope_name(g['rope'])}"]
+  parts += [g["trick"]] if g.get("trick", PLAIN) != PLAIN else []
+  parts += [f"max_len {g['max_len']}"] if "max_len" in g else []
+  return ", ".join(parts) + (f" [{g['variant']}]" if g.get("variant") else "")
+
+
+def zero_f1(results: dict | None, split: str) -> bool:
+  """Whether a run scored F1 0 on `split` (no gold entity found): a failed training, not a result to compare."""
+  f1 = ((results or {}).get(split) or {}).get("f1")
+  return f1 is not None and float(f1) == 0.0
+
+
+def cell_flags(g: dict, members: list[dict] | None = None, splits=("dev", "test")) -> list[str]:
+  """Why a cell's numbers are not a result, one phrase each: runs of it that failed, and seeds that scored F1 0 on
+  one of `splits` (of `members`, default all of the cell's runs). [] for a sound cell."""
+  members = g["members"] if members is None else members
+  out = []
+  for split in splits:
+    zero = [m["seed"] for m in members if zero_f1(m["results"], split)]
+    if zero:
+      out.append(f"{split} F1 0 in {len(zero)} of {len(members)} seeds ({', '.join(map(str, zero))})")
+  if g.get("failed"):
+    seeds = ", ".join(str(r["seed"]) for r in g["failed"])
+    out.append(f"{len(g['failed'])} run{'s' * (len(g['failed']) != 1)} failed (seed{'s' * (len(g['failed']) != 1)} "
+               f"{seeds})")
   return out
 
 
@@ -374,8 +424,12 @@ def _paired_contrast(terms, *, resamples: int, influence_k: int) -> tuple[dict |
   values = [sum(w * term[i][split]["f1"] for w, term in zip(weights, results)) for i in range(len(seeds))]
   mean, low, high = mean_t_interval(values)
   t_p, t_why = seed_t_test(values)
+  flags = []
+  for (_, g, _), by in zip(terms, by_seed):
+    found = cell_flags(g, [by[seed] for seed in seeds], splits=(split,))
+    flags += [f"{cell_name(g)}: {f}" for f in found if f"{cell_name(g)}: {f}" not in flags]
   row = {"terms": terms, "split": split, "seeds": seeds, "values": values, "mean": mean, "low": low, "high": high,
-         "t_p": t_p, "t_why": t_why, "p": None, "why": None, "influence": None}
+         "t_p": t_p, "t_why": t_why, "p": None, "why": None, "influence": None, "flags": flags}
   counts = [[_per_record(r, split) for r in term] for term in results]
   missing = sum(c is None for term in counts for c in term)
   if missing:
@@ -423,10 +477,11 @@ def _arm_rows(family: list[dict], *, resamples: int, influence_k: int) -> tuple[
 
 
 def significant(row: dict, alpha: float = ALPHA) -> bool:
-  """Holds after Holm's adjustment at both levels (seeds: paired t-test; records: paired bootstrap) and is not
-  flagged by the influence check."""
+  """Holds after Holm's adjustment at both levels (seeds: paired t-test; records: paired bootstrap), is not flagged
+  by the influence check, and no cell of it is flagged (`cell_flags`: a failed run, a seed at F1 0)."""
   return (row.get("t_p_holm") is not None and row["t_p_holm"] < alpha and row.get("p_holm") is not None
-          and row["p_holm"] < alpha and row.get("influence") is not None and not row["influence"]["flagged"])
+          and row["p_holm"] < alpha and row.get("influence") is not None and not row["influence"]["flagged"]
+          and not row.get("flags"))
 
 
 def compare(summary: list[dict], *, resamples: int = BOOTSTRAP_RESAMPLES,
@@ -437,7 +492,9 @@ def compare(summary: list[dict], *, resamples: int = BOOTSTRAP_RESAMPLES,
   A row: study, a, b, what, max_len, split (test when every paired run has it, else dev), seeds, values (per seed
   F1(A) - F1(B)), mean with its 95% t-interval (low, high), t_p (paired t-test over seeds; None with t_why), p
   (paired bootstrap over records; None with why when a run lacks per-record counts or the runs' records differ),
-  influence (`influence`, None without counts), t_p_holm and p_holm (Holm within the study) and significant.
+  influence (`influence`, None without counts), flags (`cell_flags` of its cells on the compared split and seeds,
+  each "CELL: why"; a flagged comparison is never significant), t_p_holm and p_holm (Holm within the study) and
+  significant.
   A skipped comparison: study, a, b, what, max_len and why: its cells differ in more than the compared setting,
   share a seed within a cell, or have no seed in common."""
   rows, skipped = [], []

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import statistics
 
-from launch import sweep
-from launch.report.stats import (ALPHA, BOOTSTRAP_RESAMPLES, INFLUENCE_K, METRICS, SHARE_TOPS, compare,
-                                  length_buckets, pooled_by_length, summarize)
+from .. import sweep
+from .stats import (ALPHA, BOOTSTRAP_RESAMPLES, INFLUENCE_K, METRICS, SHARE_TOPS, cell_flags, compare, failed_cells,
+                    length_buckets, pooled_by_length, summarize)
 
 PERCENT = {"dev F1", "dev P", "dev R", "test F1", "test P", "test R"}  # fractions in results.json, shown in %
 
@@ -40,12 +40,17 @@ def _row(cells) -> str:
 
 
 def groups_table(summary: list[dict]) -> str:
+  """One row per cell; a "check" column, when some cell is flagged (`stats.cell_flags`: failed runs, seeds at F1
+  0), says why that cell's numbers are not a result."""
   if not summary:
     return "(no finished runs)"
-  cols = _key_header(summary) + [c for c, _ in METRICS]
+  flags = {id(g): cell_flags(g) for g in summary}
+  check = ["check"] if any(flags.values()) else []
+  cols = _key_header(summary) + [c for c, _ in METRICS] + check
   lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
   for g in summary:
     cells = _key_cells(g) + [fmt_cell(c, *g["metrics"][c], g["n"]) for c, _ in METRICS]
+    cells += [f"**flagged**: {'; '.join(flags[id(g)])}" if flags[id(g)] else "ok"] if check else []
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
@@ -154,7 +159,10 @@ def study_names(studies) -> dict:
   return {s: "/".join(p[common:]) for s, p in zip(studies, parts)}
 
 
-def _influence_cell(inf: dict | None) -> str:
+def _influence_cell(inf: dict | None, flags=()) -> str:
+  """The significance table's influence check; a comparison with a flagged cell says so instead (never "holds")."""
+  if flags:
+    return "flagged: " + "; ".join(flags)
   if inf is None:
     return "-"
   if inf["mean"] is None or not inf["top"]:
@@ -187,7 +195,8 @@ def significance_table(rows: list[dict], studies=None) -> str:
     t_test = f"- ({r.get('t_why')})" if r.get("t_p") is None else fmt_p_holm(r["t_p"], r.get("t_p_holm"))
     boot = r["why"] if r["p"] is None else fmt_p_holm(r["p"], r.get("p_holm"))
     cells = [str(i), *_where(r, names, several, max_len), r["what"], r["split"], ", ".join(map(str, r["seeds"])),
-             _points(r["mean"]), _interval(r["low"], r["high"]), t_test, boot, _influence_cell(r.get("influence")),
+             _points(r["mean"]), _interval(r["low"], r["high"]), t_test, boot,
+             _influence_cell(r.get("influence"), r.get("flags")),
              "**yes**" if r.get("significant") else "no"]
     lines.append(_row(cells))
   return "\n".join(lines)
@@ -217,7 +226,8 @@ def influence_table(rows: list[dict]) -> str:
     cells = [str(i), f"{where}: {r['what']}", _points(inf["full"]), share, top,
              "-" if inf["mean"] is None else _points(inf["mean"]), _interval(inf["low"], inf["high"]),
              "-" if inf["p"] is None else fmt_p(inf["p"]),
-             "**flagged**" if inf["flagged"] else "holds"]
+             "**flagged**: " + "; ".join(r["flags"]) if r.get("flags") else "**flagged**" if inf["flagged"]
+             else "holds"]
     lines.append(_row(cells))
   return "\n".join(lines)
 
@@ -238,6 +248,11 @@ def skipped_lines(skipped: list[dict], studies=None) -> list[str]:
 def markdown(rows: list[dict], summary: list[dict], *, influence_k: int = INFLUENCE_K,
              resamples: int = BOOTSTRAP_RESAMPLES) -> str:
   parts = ["## Finished runs (mean ± sample std over seeds; F1/P/R in %)", "", groups_table(summary)]
+  lost = failed_cells(rows, summary)
+  if lost:
+    parts += ["", "**Flagged**: cells with no finished run (every run failed; see Not finished):", "",
+              *[f"- {name}: {len(runs)} run{'s' * (len(runs) != 1)} failed (seed"
+                f"{'s' * (len(runs) != 1)} {', '.join(str(r['seed']) for r in runs)})" for name, runs in lost]]
   if any("variant" in g for g in summary):
     parts += ["", "Cells are runs whose configs (a key an older config.json lacks at today's default, "
               "model.dtype=auto as what it resolved to) differ in the seed only; cells shown alike are told apart "
@@ -255,7 +270,9 @@ def markdown(rows: list[dict], summary: list[dict], *, influence_k: int = INFLUE
               "every comparison printed for one study folder that has that p). Rows with max_len `L1 - L2` are length arms: the "
               "difference at L1 minus the difference at L2. Influence check: the top "
               f"{influence_k} records carrying the difference are left out of both cells; flagged when that halves "
-              f"the difference or flips its sign. Significant: both adjusted p < {ALPHA} and not flagged.", ""]
+              "the difference or flips its sign. A comparison is flagged too when a cell of it had a run fail or a "
+              "seed score F1 0 (nothing learned: no result to compare). Significant: both adjusted p < "
+              f"{ALPHA} and not flagged.", ""]
     parts += [tests] if tests else ["(no comparison could be paired)"]
     if skipped:
       parts += ["", *skipped_lines(skipped, studies)]
