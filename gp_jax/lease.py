@@ -1,7 +1,10 @@
 """Leases: at most one live holder per run folder, shared through the workdir's own storage (local or gs://).
 
-A run folder `PARENT/NAME` is guarded by the objects `PARENT/_launch/leases/NAME/<epoch>.json` (never inside
-the run folder itself). The protocol:
+Sweep workers guard a point `ROOT/NAME` with the objects `ROOT/_launch/leases/NAME/<epoch>.json` (never inside the
+point's folder). `python -m gp_jax.main` (`hold_run`) takes, on a local workdir, an flock on `WORKDIR/run.lock` that
+the OS releases with its process, however it ends (nothing is written outside the workdir); under a sweep root
+(an ancestor holding `_launch/`) also the workers' lease of that point; on gs:// the lease alone, under the sweep
+root or beside the workdir (`find_lease_dir`). The protocol:
 
   * claim: an exclusive create of epoch 0, or of `latest + 1` once the latest lease is released or stale. Locally
     the create is a `link()` of a written temp file (fails when the name exists, like O_EXCL); on gs:// it is an
@@ -13,7 +16,9 @@ the run folder itself). The protocol:
   * stale: a lease whose object's storage-side modification time (`updated` on GCS, mtime locally) is more than
     `stale_beats` heartbeats older than the storage's "now" can be taken over. The storage's "now" is the
     modification time of a probe object the claimer writes (`_launch/clock/<owner>`), so only timestamps made
-    by the storage are compared, never two hosts' clocks.
+    by the storage are compared, never two hosts' clocks. A lease whose holder process is gone is stale at once:
+    each lease records its process (`process_identity`: host, boot, pid namespace, pid, start time), and a claimer
+    on the same host, boot and pid namespace sees that the pid is not running, is a zombie, or started later.
   * release: the holder rewrites its object with "released": true (the history of epochs stays, for audits).
 
 Timings come from `GP_JAX_LEASE_HEARTBEAT_S` (default 30) and `GP_JAX_LEASE_STALE_BEATS` (default 4).
@@ -22,6 +27,8 @@ Timings come from `GP_JAX_LEASE_HEARTBEAT_S` (default 30) and `GP_JAX_LEASE_STAL
 from __future__ import annotations
 
 import dataclasses
+import errno
+import fcntl
 import json
 import logging
 import os
@@ -29,11 +36,14 @@ import posixpath
 import re
 import socket
 import threading
+import time
 import uuid
 
 import fsspec
 import numpy as np
 from etils import epath
+
+from gp_jax.errors import UserError
 
 # Deferred imports below: jax, in `hold_run` only. launch.compile imports this module (through launch.points and
 # launch.worker) before it sets JAX_PLATFORMS, which jax reads when it is imported.
@@ -41,6 +51,7 @@ from etils import epath
 log = logging.getLogger("gp_jax.lease")
 
 LAUNCH_DIR = "_launch"
+LOCK_FILE = "run.lock"  # gp_jax.main's flock inside a local workdir
 
 
 def heartbeat_s() -> float:
@@ -176,9 +187,65 @@ def owner_label() -> str:
   return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def _read_text(path: str) -> str | None:
+  try:
+    with open(path) as f:
+      return f.read().strip()
+  except OSError:
+    return None
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+  """(state letter, start time in clock ticks since boot) of a process, from /proc; None when unreadable."""
+  raw = _read_text(f"/proc/{pid}/stat")
+  if raw is None:
+    return None
+  try:
+    fields = raw.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[19])
+  except (IndexError, ValueError):
+    return None
+
+
+def process_identity() -> dict:
+  """This process as a lease records it: host, pid and, on Linux, the boot, the pid namespace and the start time
+  (which tell a pid reused by a later process, and a pid seen from another container, from the holder itself)."""
+  pid = os.getpid()
+  stat = _proc_stat(pid)
+  try:
+    pid_ns = os.readlink("/proc/self/ns/pid")
+  except OSError:
+    pid_ns = None
+  return {"host": socket.gethostname(), "pid": pid, "boot": _read_text("/proc/sys/kernel/random/boot_id"),
+          "pid_ns": pid_ns, "start": stat[1] if stat else None}
+
+
+def process_gone(identity: dict | None) -> bool:
+  """True when the process `identity` (`process_identity`) names ran on this host, in this boot and pid namespace,
+  and is no longer running (no such pid, a zombie, or a later process under its pid). False whenever that cannot
+  be known (another host or container, an older lease without the record): the heartbeat decides then."""
+  if not identity or not isinstance(identity.get("pid"), int):
+    return False
+  mine = process_identity()
+  if any(identity.get(k) != mine[k] for k in ("host", "boot", "pid_ns")):
+    return False
+  pid = identity["pid"]
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return True
+  except PermissionError:
+    pass  # another user's live process
+  stat = _proc_stat(pid)
+  if stat is None:
+    return False
+  state, start = stat
+  return state in ("Z", "X") or (identity.get("start") is not None and start != identity["start"])
+
+
 @dataclasses.dataclass
 class Holder:
-  """What a lease object says (and how old it is, by the storage's clock)."""
+  """What a lease object (or a workdir's lock file) says, and how old it is by the storage's clock."""
 
   epoch: int
   owner: str
@@ -186,17 +253,22 @@ class Holder:
   released: bool
   age_s: float | None
   beats: int = 0
+  process: dict | None = None  # the holder's `process_identity`
+  lock: str | None = None  # a workdir lock held by a live process: the lock file
 
   def describe(self) -> str:
+    if self.lock is not None:
+      return f"{self.owner} (a live process holding {self.lock})"
     age = f"last heartbeat {self.age_s:.0f} s ago" if self.age_s is not None else "age unknown"
     return f"{self.owner} (lease epoch {self.epoch}, {age})"
 
 
 class Held(RuntimeError):
-  """The run folder is held by a live lease."""
+  """The run folder is held by a live lease or lock; `hint` says how it is freed."""
 
-  def __init__(self, folder: str, holder: Holder):
+  def __init__(self, folder: str, holder: Holder, hint: str = ""):
     self.holder = holder
+    self.hint = hint
     super().__init__(f"{folder} is held by {holder.describe()}")
 
 
@@ -243,8 +315,9 @@ class Lease:
       d = {}
     mtime = self.store.mtime(self._path(epoch))
     age = (now - mtime) if (now is not None and mtime is not None) else None
+    process = d.get("process") if isinstance(d.get("process"), dict) else None
     return Holder(epoch, str(d.get("owner", "?")), str(d.get("token", "")), bool(d.get("released")), age,
-                  int(d.get("beats", 0)))
+                  int(d.get("beats", 0)), process)
 
   def current(self) -> Holder | None:
     """The latest lease, its age by the storage's clock; None when the folder was never leased."""
@@ -254,12 +327,14 @@ class Lease:
     return self.read(epochs[-1], self._storage_now())
 
   def is_stale(self, h: Holder) -> bool:
-    return h.age_s is not None and h.age_s > self.stale_beats * self.heartbeat_s
+    """No heartbeat for `stale_beats` beats, or its process is gone from this host (`process_gone`)."""
+    return (h.age_s is not None and h.age_s > self.stale_beats * self.heartbeat_s) or process_gone(h.process)
 
   # -- writing
   def _body(self, **kw) -> bytes:
     return json.dumps({"owner": self.owner, "token": self.token, "epoch": self.epoch, "beats": self._beats,
-                       "heartbeat_s": self.heartbeat_s, **self.extra, **kw}).encode()
+                       "heartbeat_s": self.heartbeat_s, "process": process_identity(), **self.extra,
+                       **kw}).encode()
 
   def try_acquire(self) -> bool:
     h = self.current()
@@ -277,7 +352,8 @@ class Lease:
         self.holder = got
         return False
     if took_over:
-      log.warning("Took over the stale lease of %s held by %s", self.folder, h.describe())
+      why = "its process is gone" if process_gone(h.process) else "no heartbeat"
+      log.warning("Took over the stale lease of %s held by %s: %s", self.folder, h.describe(), why)
     self.holder = None
     return True
 
@@ -348,44 +424,125 @@ def history(folder: str, store=None) -> list[dict]:
 # ----------------------------------------------------------------------------- one gp_jax.main run
 
 
-def find_lease_dir(workdir: str, *, levels: int = 3) -> str:
-  """The lease folder guarding a run folder: under the nearest ancestor (up to `levels` up) that holds a
-  `_launch/` folder (a sweep root that workers use), else under the run folder's parent."""
-  parent, _ = split_workdir(workdir)
-  folder = parent
+def sweep_root(workdir: str, *, levels: int = 3) -> str | None:
+  """The nearest ancestor of a run folder (up to `levels` up) that holds a `_launch/` folder (a sweep root that
+  workers use), or None."""
+  folder, _ = split_workdir(workdir)
   for _ in range(levels):
     if epath.Path(_join(folder, LAUNCH_DIR)).is_dir():
-      return lease_dir(workdir, root=folder)
+      return folder
     up = posixpath.dirname(folder) if _is_url(folder) else os.path.dirname(folder)
     if up == folder or (_is_url(folder) and up.endswith(":/")):
       break
     folder = up
-  return lease_dir(workdir)
+  return None
+
+
+def find_lease_dir(workdir: str, *, levels: int = 3) -> str:
+  """The lease folder guarding a run folder: under its sweep root (`sweep_root`), else under its parent."""
+  root = sweep_root(workdir, levels=levels)
+  return lease_dir(workdir) if root is None else lease_dir(workdir, root=root)
+
+
+class WorkdirLock:
+  """An exclusive flock on WORKDIR/run.lock while this process keeps it: the OS releases it when the process ends,
+  however it ends, so a killed run's workdir is free at once. The file names the holder, for the refusal; it is
+  never deleted (a lock taken on a file unlinked meanwhile would guard nothing)."""
+
+  def __init__(self, workdir: str):
+    self.path = os.path.join(os.fspath(workdir), LOCK_FILE)
+    self._fd: int | None = None
+
+  def try_acquire(self) -> bool:
+    """True when locked; False when another open of the file holds it; OSError when the filesystem has no locks."""
+    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+      os.close(fd)
+      if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+        return False
+      raise
+    body = json.dumps({"owner": owner_label(), "process": process_identity(), "since": time.time()}).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, body, 0)
+    self._fd = fd
+    return True
+
+  def holder(self) -> Holder:
+    try:
+      d = json.loads(_read_text(self.path) or "{}")
+    except json.JSONDecodeError:
+      d = {}
+    return Holder(-1, str(d.get("owner") or "another process"), "", False, None,
+                  process=d.get("process") if isinstance(d.get("process"), dict) else None, lock=self.path)
+
+  def release(self) -> None:
+    if self._fd is not None:
+      fcntl.flock(self._fd, fcntl.LOCK_UN)
+      os.close(self._fd)
+      self._fd = None
+
+
+LOCK_HINT = "wait for it to end or stop it, or use another --workdir"
+
+
+def lease_hint() -> str:
+  return (f"a holder that died on this host is taken over at once, one elsewhere after {stale_beats():g} missed "
+          f"heartbeats of {heartbeat_s():g} s; or use another --workdir")
 
 
 class hold_run:  # pylint: disable=invalid-name
-  """Context manager for `python -m gp_jax.main`: process 0 leases the workdir, the group learns the outcome.
+  """Context manager for `python -m gp_jax.main`: process 0 takes the workdir, the group learns the outcome.
 
-  Raises Held (naming the holder) when a live process already runs this workdir. With several processes
-  (jax.distributed initialised), only process 0 touches the lease and broadcasts whether it got it."""
+  A local workdir: its `WorkdirLock`, and under a sweep root also the workers' lease of that point; a gs:// workdir:
+  the lease beside it (`find_lease_dir`). Raises Held (naming the holder) when a live process holds either. With
+  several processes (jax.distributed initialised), only process 0 takes them and broadcasts whether it got them."""
 
   def __init__(self, workdir: str):
     self.workdir = os.fspath(workdir)
     self.lease: Lease | None = None
+    self.lock: WorkdirLock | None = None
+
+  def _take(self) -> Held | None:
+    """Takes the lease and the lock this workdir needs; the Held error when a live holder has one."""
+    if _is_url(self.workdir):
+      return self._take_lease(find_lease_dir(self.workdir))
+    root = sweep_root(self.workdir)
+    if root is not None:
+      held = self._take_lease(lease_dir(self.workdir, root=root))
+      if held is not None:
+        return held
+    try:
+      os.makedirs(self.workdir, exist_ok=True)
+    except OSError as e:
+      self.release()
+      raise UserError(f"cannot create --workdir {self.workdir}: {e.strerror or e}") from e
+    lock = WorkdirLock(self.workdir)
+    try:
+      if not lock.try_acquire():
+        self.release()
+        return Held(self.workdir, lock.holder(), LOCK_HINT)
+    except OSError as e:  # a filesystem without flock: a lease inside the workdir instead
+      log.warning("cannot lock %s (%s); using a lease in %s", lock.path, e.strerror or e, self.workdir)
+      return None if self.lease is not None else self._take_lease(_join(self.workdir, "lease"))
+    self.lock = lock
+    return None
+
+  def _take_lease(self, folder: str) -> Held | None:
+    lease = Lease(folder, extra={"workdir": self.workdir})
+    if not lease.try_acquire():
+      return Held(self.workdir, lease.holder, lease_hint())
+    lease.on_lost = _exit_lost
+    lease.start_heartbeat()
+    self.lease = lease
+    return None
 
   def __enter__(self):
     import jax  # pylint: disable=g-import-not-at-top
 
     multi = jax.process_count() > 1
-    held = None
-    if jax.process_index() == 0:
-      self.lease = Lease(find_lease_dir(self.workdir), extra={"workdir": self.workdir})
-      if self.lease.try_acquire():
-        self.lease.on_lost = _exit_lost
-        self.lease.start_heartbeat()
-      else:
-        held = Held(self.workdir, self.lease.holder)
-        self.lease = None
+    held = self._take() if jax.process_index() == 0 else None
     if multi:
       from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
@@ -396,9 +553,16 @@ class hold_run:  # pylint: disable=invalid-name
       raise held
     return self
 
-  def __exit__(self, *exc):
+  def release(self) -> None:
     if self.lease is not None:
       self.lease.release()
+      self.lease = None
+    if self.lock is not None:
+      self.lock.release()
+      self.lock = None
+
+  def __exit__(self, *exc):
+    self.release()
 
 
 def _exit_lost(lease: Lease) -> None:

@@ -3,10 +3,15 @@
   python -m gp_jax.main --config=experiments/msra_scratch.py[:ARG] --workdir=DIR [--config.KEY=VALUE ...]
 
 DIR may be local or gs://; a DIR holding a checkpoint is resumed. User errors (gp_jax.errors.UserError: a
-config the experiment refuses, a bad or missing data file) end with one line on stderr and exit status 2, as
-does a full disk or quota (the line names the last finished checkpoint, which a rerun resumes from).
-A second live run on the same DIR refuses to start (exit 2, naming the holder): the run holds a lease in
-DIR/../_launch/leases/ (gp_jax/lease.py).
+config the experiment refuses, a missing config file, a config that differs from the one DIR was trained with, a
+bad or missing data file) end with one line on stderr and exit status 2, as does a full disk or quota (the line
+names the last finished checkpoint, which a rerun resumes from).
+A second live run on the same DIR refuses to start (exit 2, naming the holder): a local DIR is held by an flock on
+DIR/run.lock, which the OS releases when the run ends however it ends; under a sweep root the run also holds the
+workers' lease of DIR, and on gs:// that lease alone (gp_jax/lease.py).
+SIGTERM saves a checkpoint at the current step and exits 0; Ctrl-C (SIGINT) does the same and exits 130, and before
+the first step (or after the last) it stops at once; a second Ctrl-C stops at once. results.json says "preempted"
+in each case, and a rerun resumes from the last checkpoint.
 """
 
 import logging
@@ -42,12 +47,38 @@ def _exit_with(message) -> None:
   sys.exit(2)
 
 
+def _config_file_error(e: OSError, argv) -> str:
+  """One line for a --config file that did not load (ml_collections keeps the failure until the config is used)."""
+  values = [a.split("=", 1)[1] for a in argv if a.startswith(("--config=", "-config="))]
+  values += [b for a, b in zip(argv, argv[1:]) if a in ("--config", "-config")]
+  if not values:
+    return f"cannot load --config: {' '.join(str(e.__cause__ or e).split())}"
+  path = values[-1].split(":", 1)[0]
+  if not os.path.isfile(path):
+    return (f"no experiment file {os.path.abspath(path)}: --config takes a Python file with get_config(arg), e.g. "
+            "experiments/synthetic.py:quick")
+  cause = e.__cause__ or e
+  return f"cannot load --config={path}: {' '.join(str(cause).split())}"
+
+
 def parse_flags(argv):
   try:
-    return flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
+    hasattr(_CONFIG.value, "lock")  # a config file that failed to load raises OSError on first use
+  except OSError as e:  # on that use: here, or by a --config.key=value override
+    _exit_with(_config_file_error(e, argv))
   except (KeyError, AttributeError, flags.Error) as e:
     user = _user_error(e)
     _exit_with(user if user is not None else check_override_keys(argv) or e)
+  return rest
+
+
+def _interrupted(message: str) -> None:
+  """Ctrl-C: one line, exit 130, threads (compiles, Orbax) not waited for."""
+  sys.stdout.flush()
+  print(f"interrupted: {message}", file=sys.stderr, flush=True)
+  logging.shutdown()
+  os._exit(runtime.EXIT_INTERRUPTED)
 
 
 def main(argv):
@@ -58,14 +89,17 @@ def main(argv):
     jax.distributed.initialize(*([config.coordinator_address] if config.coordinator_address else []),
                                **({"num_processes": config.num_processes, "process_id": config.process_id}
                                   if config.coordinator_address else {}))
+  else:  # one process; several stop through the coordination service (runtime.Preemption)
+    runtime.stop_at_once_on_sigint()
   try:
     with lease.hold_run(_WORKDIR.value):
-      train.train_and_evaluate(config, _WORKDIR.value)
-  except lease.Held as e:  # raised by the lease alone, before training starts
-    _exit_with(f"{e}; not starting (a stopped holder's lease is taken over after "
-               f"{lease.stale_beats():g} missed heartbeats of {lease.heartbeat_s():g} s)")
+      summary = train.train_and_evaluate(config, _WORKDIR.value)
+  except lease.Held as e:  # raised by the lock or lease alone, before training starts
+    _exit_with(f"{e}; not starting ({e.hint})" if e.hint else f"{e}; not starting")
   except UserError as e:
     _exit_with(e)
+  except KeyboardInterrupt:  # Ctrl-C where no handler of ours took it (several processes)
+    _interrupted("Ctrl-C; stopped at once. Rerun the same command to continue from the last checkpoint, if any")
   except Exception as e:  # pylint: disable=broad-except
     full = storage_full(e)
     if full is None:
@@ -79,6 +113,10 @@ def main(argv):
     # No interpreter teardown: the failed save's background threads would print "Event loop is closed"
     # tracebacks after the one line (seen under load). Every write that could still succeed is done.
     os._exit(2)
+  if summary.get("signal") == "SIGINT":
+    print(f"interrupted: Ctrl-C; saved the checkpoint of step {summary['steps']} in "
+          f"{storage.path(_WORKDIR.value) / 'ckpt'}. Rerun the same command to resume", file=sys.stderr)
+    sys.exit(runtime.EXIT_INTERRUPTED)
 
 
 def _last_checkpoint(workdir) -> str:

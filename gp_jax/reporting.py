@@ -1,4 +1,5 @@
-"""Metrics (JSON lines + TensorBoard), the training log file, and progress display.
+"""Metrics (JSON lines + TensorBoard), the training log file, and progress display (a tqdm bar on a terminal, log
+lines otherwise).
 
 Files are written into a `storage.LocalMirror` of the workdir and copied there on `sync()`, so a
 `gs://` workdir gets metrics.jsonl, tb/ and train.log too. Only process 0 writes.
@@ -114,6 +115,45 @@ def progress(iterable, *, total: int, desc: str, enabled: bool = True, every_s: 
       last = now
   if total > 1:
     log.info("%s: %d/%d batches in %.1f s", desc, n, total, time.time() - t0)
+
+
+def clock_text(seconds: float) -> str:
+  """H:MM:SS, as tqdm shows times."""
+  seconds = int(round(max(seconds, 0.0)))
+  return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+  """The tqdm bar's figures as a log line every `every_s` seconds (0 = never), for logs without a terminal: steps
+  done of the total, steps/s and the ETA, both over this run's steps so far (evaluations and checkpoints included,
+  as they will recur)."""
+
+  def __init__(self, total: int, *, start: int, every_s: float, clock=time.monotonic):
+    self.total, self.start, self.every_s, self.clock = total, start, every_s, clock
+    self.t0 = self.last = clock()
+
+  def update(self, step: int) -> str | None:
+    """Logs (and returns) the line when `every_s` has passed since the last one."""
+    now = self.clock()
+    if not self.every_s or now - self.last < self.every_s or step <= self.start:
+      return None
+    self.last = now
+    rate = (step - self.start) / max(now - self.t0, 1e-9)
+    line = (f"progress: step {step}/{self.total} ({100 * step / max(self.total, 1):.0f}%), {rate:.2f} steps/s, "
+            f"elapsed {clock_text(now - self.t0)}, ETA {clock_text((self.total - step) / rate)}")
+    train_log.info(line)
+    return line
+
+
+def per_type_line(per_type: dict) -> str:
+  """`{type: {"f1", "gold", ...}}` as one line: "LOC 0.9123 (412), ORG 0.8011 (203)" (F1, gold spans)."""
+  return ", ".join(f"{t} {v['f1']:.4f} ({v['gold']})" for t, v in per_type.items()) or "(no types)"
+
+
+def config_lines(config_json: str, spec) -> list[str]:
+  """The run's config (as config.json holds it) and its resolved run spec, one line each."""
+  compact = json.dumps(json.loads(config_json), separators=(",", ":"))
+  return [f"Config: {compact}", f"Run spec (resolved): {spec}"]
 
 
 def at_step(metrics, i: int, size: int):

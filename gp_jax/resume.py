@@ -22,6 +22,7 @@ from gp_jax import factory, storage
 from gp_jax import state as state_lib
 from gp_jax import workdir as wd
 from gp_jax.configs import base as base_config
+from gp_jax.errors import UserError
 
 log = logging.getLogger("gp_jax.train")
 
@@ -36,7 +37,7 @@ def adopt_workdir_dtype(config, saved: dict | None) -> None:
 
 def check_workdir(config, root) -> None:
   """Setup: adopts the earlier run's dtype, then refuses a config that would make the resumed run another model
-  (ValueError naming the changed keys)."""
+  (UserError naming the changed keys and the two ways on)."""
   saved_path = root / "config.json"
   saved = storage.read_json(saved_path) if saved_path.exists() else None
   adopt_workdir_dtype(config, saved)
@@ -45,8 +46,9 @@ def check_workdir(config, root) -> None:
   defaults = json.loads(base_config.get_config().to_json_best_effort())
   changes = wd.resume_changes(root, saved, json.loads(config.to_json_best_effort(sort_keys=True)), defaults)
   if changes:
-    raise ValueError(f"{root} holds a run of another config ({len(changes)} changed keys: {'; '.join(changes)}). "
-                     "Use a new workdir, or --config.allow_config_change=True to resume anyway.")
+    raise UserError(f"{root} holds a run of another config ({len(changes)} changed keys: {'; '.join(changes)}); "
+                    "to resume it with this config anyway add --config.allow_config_change=True, or give another "
+                    "--workdir")
 
 
 def saved_tokenizer(root):

@@ -1,5 +1,5 @@
 """Process-level settings, applied once at process start (`gp_jax.main`, benchmarks): malloc, the CPU threefry
-lowering, the persistent compilation cache, the compile clock and SIGTERM handling.
+lowering, the persistent compilation cache, the compile clock, and SIGTERM and SIGINT (Ctrl-C) handling.
 
 - malloc: XLA:CPU mallocs and frees every step's buffers; glibc's mmap threshold, trimming and per-thread arenas
   make each step re-map and re-fault them, so `configure()` turns all three off (GP_JAX_MALLOC=0 leaves malloc
@@ -12,6 +12,9 @@ lowering, the persistent compilation cache, the compile clock and SIGTERM handli
 - `compile_seconds()` / `process_seconds()` give the `first step after N s (compile M s)` line.
 - dropout bits: `model.dropout_bits` (factory.resolve_dropout_bits); `dropout_bits()` is the fallback for a model
   built without the config.
+- signals (one process): in the training loop SIGTERM and Ctrl-C save a checkpoint at the step and stop
+  (`Preemption`); elsewhere, and at a second Ctrl-C, Ctrl-C stops at once (`stop_at_once_on_sigint`, `stop_now`):
+  results.json says "preempted" either way, and `gp_jax.main` exits 130 with one line.
 
 Measurements behind these choices: docs/design.md ("Process settings") and docs/benchmarks/compile_cache.md.
 """
@@ -27,6 +30,7 @@ import os
 import platform
 import re
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -384,6 +388,58 @@ def _show_cache_warning(message, category, filename, lineno, file=None, line=Non
   return None
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a process that Ctrl-C stopped
+_stop_callbacks: list = []
+
+
+def _exit_at_once(signum, frame) -> None:
+  os._exit(EXIT_INTERRUPTED)
+
+
+def stop_now(name: str, message: str) -> None:
+  """Ends the process at once: each `on_stop` callback (newest first) with the signal's name, then `message` as one
+  line on stderr, then exit 130. Threads (compiles, a save in flight) are not waited for; a Ctrl-C meanwhile ends
+  the process without the rest."""
+  try:
+    signal.signal(signal.SIGINT, _exit_at_once)
+  except ValueError:  # not the main thread
+    pass
+  for callback in reversed(_stop_callbacks):
+    try:
+      callback(name)
+    except Exception as e:  # pylint: disable=broad-except
+      message += f" ({type(e).__name__} while recording it: {e})"
+  for stream in (sys.stdout, sys.stderr, *(getattr(h, "stream", None) for h in logging.getLogger().handlers)):
+    try:
+      stream.flush()
+    except Exception:  # pylint: disable=broad-except  # a write this handler interrupted, or no stream
+      pass
+  os.write(2, f"\ninterrupted: {message}\n".encode())
+  os._exit(EXIT_INTERRUPTED)
+
+
+def _sigint_at_once(signum, frame) -> None:
+  stop_now("SIGINT", "Ctrl-C outside the training steps; stopped at once. Rerun the same command to continue from "
+                     "the last checkpoint, if any")
+
+
+def stop_at_once_on_sigint() -> None:
+  """`gp_jax.main` with one process: Ctrl-C stops at once (`stop_now`) wherever `Preemption` does not turn it into a
+  checkpoint: before the first step (data, compile) and after the loop (final evaluation)."""
+  signal.signal(signal.SIGINT, _sigint_at_once)
+
+
+@contextlib.contextmanager
+def on_stop(callback):
+  """`callback(signal_name)` runs if `stop_now` ends the process inside the block (train.py records the stop in
+  results.json)."""
+  _stop_callbacks.append(callback)
+  try:
+    yield
+  finally:
+    _stop_callbacks.remove(callback)
+
+
 class Preemption:
   """Whether to save and stop now, asked after every step (negligible cost), agreed by every process.
 
@@ -391,12 +447,14 @@ class Preemption:
   the platform's maintenance notice) and `orbax.checkpoint.multihost.reached_preemption(step)` turns it into one
   sync point: every process answers True at the same step. No Python SIGTERM handler is installed then: it would
   replace the service's handler and the notice would never reach the other processes.
-  With one process, SIGTERM sets a flag that the next step reads.
+  With one process, SIGTERM and SIGINT (Ctrl-C) set a flag that the next step reads (`signal_name` says which); a
+  second Ctrl-C stops at once (`stop_now`).
   """
 
   def __init__(self):
     self.requested = False
-    self._old = None
+    self.signal_name: str | None = None
+    self._old: dict = {}
     self._distributed = False
 
   def should_stop(self, step: int) -> bool:
@@ -414,14 +472,20 @@ class Preemption:
       return self
 
     def handler(signum, frame):
+      if self.requested and signum == signal.SIGINT:
+        stop_now("SIGINT", "a second Ctrl-C; stopped at once, without the checkpoint of this step. Rerun the same "
+                           "command to resume from the last checkpoint")
       self.requested = True
+      self.signal_name = self.signal_name or signal.Signals(signum).name
 
-    try:
-      self._old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-      self._old = None
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      try:
+        self._old[sig] = signal.signal(sig, handler)
+      except ValueError:  # not the main thread
+        pass
     return self
 
   def __exit__(self, *exc):
-    if self._old is not None:
-      signal.signal(signal.SIGTERM, self._old)
+    for sig, old in self._old.items():
+      signal.signal(sig, signal.SIG_DFL if old is None else old)  # None: a handler not set from Python
+    self._old = {}

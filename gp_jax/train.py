@@ -260,6 +260,7 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
     log.info("checkpoint at step %d: %.2f s", step, time.perf_counter() - t0)
 
   preempted = stopped_early = False
+  stop_signal = None
   first = ts.total_steps if patience.exhausted(ts.start_step) else ts.start_step  # a resumed run that had stopped
   groups = feed_lib.plan(ts.train_it.upcoming_lengths(ts.total_steps - first), start=first, k=k,
                          every=(eval_every, spec.checkpoint_every_steps, ts.train_it.steps_per_epoch),
@@ -267,6 +268,10 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
   calls = compile_ahead(run, ts, splits, evaluator, fns, groups)
   batches = feed_lib.Feed(ts.train_it, groups, mesh)
   n_calls = 0
+  progress = None  # without a bar, the log says how far and how fast
+  if run.is_main and bar is None:
+    every_s = float(run.config.get("progress_log_seconds", 30.0))
+    progress = reporting.Progress(ts.total_steps, start=first, every_s=every_s)
   try:
     with runtime.Preemption() as preemption:
       for fed in batches:
@@ -281,6 +286,8 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
         if n_calls == 1:
           jax.block_until_ready(metrics)
           log.info(runtime.first_step_line())
+        if progress is not None:
+          progress.update(done)
         last = done == ts.total_steps
         if done % eval_every == 0 or last:
           check_finite(done, metrics, mngr)
@@ -307,11 +314,14 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
         if stopped_early:
           break
         if preemption.should_stop(done):  # once per call; all processes agree (runtime.Preemption)
+          stop_signal = preemption.signal_name or "SIGTERM"  # several processes: the coordination service's notice
+          log.warning("%s at step %d: saving its checkpoint, then stopping%s", stop_signal, done,
+                      " (Ctrl-C again stops at once, without it)" if stop_signal == "SIGINT" else "")
           check_finite(done, metrics, mngr)
           if mngr.latest_step() != done:
             save(done)
           mngr.wait_until_finished()
-          log.warning("SIGTERM: saved checkpoint at step %d in %s; exiting", done, mngr.directory)
+          log.warning("%s: saved checkpoint at step %d in %s; exiting", stop_signal, done, mngr.directory)
           preempted = True
           break
   finally:
@@ -327,8 +337,9 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
   done_steps = int(jax.device_get(state["step"]))
   log.info("%d steps in %d calls", done_steps - first, n_calls)
   return {"steps": done_steps, "epochs": done_steps / ts.train_it.steps_per_epoch, "preempted": preempted,
-          "stopped_early": stopped_early or first != ts.start_step, "train_tokens_per_s": steps.tokens_per_s,
-          "span_overflow": ts.train_it.span_overflow, "steps_per_execution": k, "train_calls": n_calls}
+          **({"signal": stop_signal} if preempted else {}), "stopped_early": stopped_early or first != ts.start_step,
+          "train_tokens_per_s": steps.tokens_per_s, "span_overflow": ts.train_it.span_overflow,
+          "steps_per_execution": k, "train_calls": n_calls}
 
 
 def final_evaluation(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, writer, steps: int) -> dict:
@@ -350,6 +361,7 @@ def final_evaluation(run: RunContext, ts: state_lib.Training, splits, evaluator:
       writer.write(steps, f"final_{split}", flat_result(result))
       log.info("final %s (best checkpoint): P %.4f R %.4f F1 %.4f", split, result["precision"], result["recall"],
                result["f1"])
+      log.info("final %s per type (F1, gold spans): %s", split, reporting.per_type_line(result["per_type"]))
   if run.spec.tune_threshold:
     out.update(tune_threshold(run, ts, splits, evaluator, params, best_step, out))
   return out
@@ -408,59 +420,71 @@ def write_results(run: RunContext, summary: dict) -> None:
 def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> dict:
   """Trains, evaluates on dev, keeps the best parameters by dev F1, evaluates them on test.
 
-  Returns a summary dict, also written to workdir/results.json with "status": finished, preempted
-  (SIGTERM: checkpoint saved, rerun to resume) or failed (with "error").
+  Returns a summary dict, also written to workdir/results.json with "status": finished, preempted (SIGTERM or
+  Ctrl-C, named in "signal": in the loop a checkpoint is saved at that step, elsewhere the run stops at once; rerun
+  to resume) or failed (with "error").
   """
   hooks = hooks or TrainHooks()
   run = setup_run(config, workdir)
   writer = reporting.MetricWriter(run.mirror)
   summary = {"workdir": str(run.workdir), "status": "failed"}
-  try:
-    # Data.
-    run = dataclasses.replace(run, spec=factory.run_spec(config))  # what the trainer reads from here on
-    splits, tokenizer, types = factory.prepare_data(config, tokenizer=resume.saved_tokenizer(run.workdir))
-    train_it = factory.train_batches(run.spec, splits["train"])
-    summary["split_stats"] = {k: dataclasses.asdict(v.stats) for k, v in splits.items()}
-    scheme = run.spec.tag_scheme
-    if scheme:
-      # One tag layer: nested gold spans it cannot hold stay in the gold set (scored as misses) and are counted.
-      summary["unrepresentable"] = {k: batching.count_unrepresentable(v, scheme=scheme) for k, v in splits.items()}
-      log.info("Gold spans a single %s tag layer cannot hold (nested/crossing): %s", scheme, summary["unrepresentable"])
-    if jax.process_count() > 1:
-      # Every process has read (or built) the tokenizer before process 0 (re)writes it into the workdir.
-      multihost_utils.sync_global_devices("gp_jax.train: data prepared")
-    # State.
-    ts = build_training(run, train_it, tokenizer, types)
-    summary["parameters"] = ts.n_params
-    summary["head_kind"] = "tagger" if scheme else "span"
-    summary["length_buckets"] = [label for label, *_ in LENGTH_BUCKETS]
-    summary["ema_decay"] = ts.setup.ema_decay
-    summary["eval_weights"] = "ema" if ts.setup.ema_decay else "params"
-    adversarial = run.spec.adversarial
-    summary["adversarial"] = dataclasses.asdict(adversarial) if adversarial else None
-    if ts.setup.ema_decay:
-      log.info("EMA of the parameters (decay %g): dev/test evaluation and best/ use the EMA weights",
-               ts.setup.ema_decay)
-    if adversarial:
-      log.info("Adversarial training: %s", adversarial)
-    evaluator = Evaluator(ts.setup, batch_size=run.spec.eval_batch_size, progress=run.is_main)
-    # Loop.
-    summary.update(train_loop(run, ts, splits, evaluator, writer, hooks))
-    summary["dev_history"] = dev_history(run, ts.train_it.steps_per_epoch)
-    summary["train_minutes"] = (time.time() - run.t_start) / 60
-    # Final evaluation.
-    if summary["preempted"]:
-      summary["status"] = "preempted"
-    else:
-      summary.update(final_evaluation(run, ts, splits, evaluator, writer, summary["steps"]))
-      summary["status"] = "finished"
-  except BaseException as e:
-    summary["error"] = f"{type(e).__name__}: {e}"
+
+  def stopped_at_once(name):  # runtime.stop_now: the process ends without returning here
+    write_results(run, {**summary, "status": "preempted", "preempted": True, "signal": name, "stopped_at_once": True})
+
+  with runtime.on_stop(stopped_at_once):  # Ctrl-C outside the loop's steps (gp_jax.main)
+    try:
+      # Data.
+      run = dataclasses.replace(run, spec=factory.run_spec(config))  # what the trainer reads from here on
+      for line in reporting.config_lines(run.config_json, run.spec):
+        log.info(line)
+      splits, tokenizer, types = factory.prepare_data(config, tokenizer=resume.saved_tokenizer(run.workdir))
+      train_it = factory.train_batches(run.spec, splits["train"])
+      summary["split_stats"] = {k: dataclasses.asdict(v.stats) for k, v in splits.items()}
+      scheme = run.spec.tag_scheme
+      if scheme:
+        # One tag layer: nested gold spans it cannot hold stay in the gold set (scored as misses) and are counted.
+        summary["unrepresentable"] = {k: batching.count_unrepresentable(v, scheme=scheme) for k, v in splits.items()}
+        log.info("Gold spans a single %s tag layer cannot hold (nested/crossing): %s", scheme,
+                 summary["unrepresentable"])
+      if jax.process_count() > 1:
+        # Every process has read (or built) the tokenizer before process 0 (re)writes it into the workdir.
+        multihost_utils.sync_global_devices("gp_jax.train: data prepared")
+      # State.
+      ts = build_training(run, train_it, tokenizer, types)
+      summary["parameters"] = ts.n_params
+      summary["head_kind"] = "tagger" if scheme else "span"
+      summary["length_buckets"] = [label for label, *_ in LENGTH_BUCKETS]
+      summary["ema_decay"] = ts.setup.ema_decay
+      summary["eval_weights"] = "ema" if ts.setup.ema_decay else "params"
+      adversarial = run.spec.adversarial
+      summary["adversarial"] = dataclasses.asdict(adversarial) if adversarial else None
+      if ts.setup.ema_decay:
+        log.info("EMA of the parameters (decay %g): dev/test evaluation and best/ use the EMA weights",
+                 ts.setup.ema_decay)
+      if adversarial:
+        log.info("Adversarial training: %s", adversarial)
+      evaluator = Evaluator(ts.setup, batch_size=run.spec.eval_batch_size, progress=run.is_main)
+      # Loop.
+      summary.update(train_loop(run, ts, splits, evaluator, writer, hooks))
+      summary["dev_history"] = dev_history(run, ts.train_it.steps_per_epoch)
+      summary["train_minutes"] = (time.time() - run.t_start) / 60
+      # Final evaluation.
+      if summary["preempted"]:
+        summary["status"] = "preempted"
+      else:
+        summary.update(final_evaluation(run, ts, splits, evaluator, writer, summary["steps"]))
+        summary["status"] = "finished"
+    except BaseException as e:
+      if isinstance(e, KeyboardInterrupt):  # a user's Ctrl-C where no handler took it: no failure
+        summary.update(status="preempted", preempted=True, signal="SIGINT", stopped_at_once=True)
+      else:
+        summary["error"] = f"{type(e).__name__}: {e}"
+      write_results(run, summary)
+      writer.close()
+      raise
     write_results(run, summary)
-    writer.close()
-    raise
-  write_results(run, summary)
-  log.info("Done (%s) in %.1f minutes: %s", summary["status"], summary["wall_minutes"],
-           {k: summary[k]["f1"] for k in ("dev", "test") if k in summary})
-  writer.close()  # after the last log line, so a gs:// train.log holds it
-  return summary
+    log.info("Done (%s) in %.1f minutes: %s", summary["status"], summary["wall_minutes"],
+             {k: summary[k]["f1"] for k in ("dev", "test") if k in summary})
+    writer.close()  # after the last log line, so a gs:// train.log holds it
+    return summary

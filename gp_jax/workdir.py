@@ -8,6 +8,7 @@
                   a resumed run compares this, not the string typed (`org/name` and `org/name@<its commit>`
                   resume each other, another commit does not). Written with the first run files, never rewritten.
   results.json    written by training: status (finished | preempted | failed), figures
+  run.lock        gp_jax.main's flock on a local workdir while it runs (gp_jax/lease.py); the file stays after
   threshold.json  `tune_threshold`: the dev-tuned decision threshold of best/ (gp_jax/threshold.py)
 """
 

@@ -2,17 +2,18 @@
 
   python -m tests.fault_main --config=... --workdir=... [--sigkill_after_checkpoint_step=N]
       [--sigkill_before_commit_step=N] [--gcsfs_backoff_scale=S] [--fsize_limit_after_checkpoint_step=N]
-      [--config.k=v ...]
+      [--block_in=compile|checkpoint] [--config.k=v ...]
 
-Runs `gp_jax.main.main` (so its error handling and one-line errors are the ones tested) with
-`train.TrainHooks`. A run that SIGKILLs itself takes no lease: a killed holder's lease goes stale only after
-minutes, and the tests restart at once.
+Runs `gp_jax.main.main` (so its error handling, its one-line errors and its workdir lock and lease are the ones
+tested) with `train.TrainHooks`. A run that SIGKILLs itself holds the workdir as any run does: the restart that
+follows tests that a dead holder's workdir is taken over at once.
 """
 
-import contextlib
+import concurrent.futures
 import os
 import resource
 import signal
+import threading
 
 from absl import app, flags
 
@@ -29,6 +30,9 @@ _FSIZE_STEP = flags.DEFINE_integer("fsize_limit_after_checkpoint_step", 0, "Once
                                    "step is on disk, no file may grow past --fsize_limit_bytes (RLIMIT_FSIZE; "
                                    "writes fail with EFBIG, as on a full disk).")
 _FSIZE_BYTES = flags.DEFINE_integer("fsize_limit_bytes", 32 << 10, "See --fsize_limit_after_checkpoint_step.")
+_BLOCK = flags.DEFINE_enum("block_in", "", ["", "compile", "checkpoint"], "Never finish this: 'compile' (the run's "
+                           "programs, waited for on a thread pool as aot.compile_all does) or 'checkpoint' (every "
+                           "resume checkpoint save). Prints 'BLOCKED in <what>' first, for tests that signal it there.")
 
 
 def scale_gcsfs_backoff(scale: float) -> None:
@@ -58,6 +62,22 @@ def kill_before_commit(step: int) -> None:
     cls.finalize = finalize
 
 
+def block_in(what: str) -> None:
+  """Replaces the compile of the run's programs, or the resume checkpoint's save, by a wait that never ends."""
+  from gp_jax import aot
+  from gp_jax import checkpoint as ckpt_lib
+
+  def never(*args, **kwargs):
+    print(f"BLOCKED in {what}", flush=True)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # leaving the block waits for the job, as compile_all's
+      pool.submit(threading.Event().wait).result()
+
+  if what == "compile":
+    aot.compile_for_run = never
+  else:
+    ckpt_lib.save = never
+
+
 def main(argv):
   def after_checkpoint(step):
     if _KILL.value and step == _KILL.value:
@@ -70,8 +90,8 @@ def main(argv):
     scale_gcsfs_backoff(_BACKOFF.value)
   if _KILL_COMMIT.value:
     kill_before_commit(_KILL_COMMIT.value)
-  if _KILL.value or _KILL_COMMIT.value:
-    gp_main.lease.hold_run = lambda workdir: contextlib.nullcontext()
+  if _BLOCK.value:
+    block_in(_BLOCK.value)
   run = train.train_and_evaluate
   hooks = train.TrainHooks(after_checkpoint=after_checkpoint)
   train.train_and_evaluate = lambda config, workdir: run(config, workdir, hooks=hooks)

@@ -1,7 +1,8 @@
 """Leases (gp_jax/lease.py) and sweep workers (launch/worker.py) with a stand-in point runner (no JAX):
 4 workers over a local and an emulated gs:// workdir, one SIGKILLed mid-point and restarted; every point
 finishes exactly once, no two workers ever hold a point at once, the killed worker's stale lease is taken over.
-Also: the emulator's ifGenerationMatch (412) and lost answers, a second gp_jax.main refused (exit 2)."""
+Also: the emulator's ifGenerationMatch (412) and lost answers; a holder killed on this host (a lease or a workdir
+lock) taken over at once; gp_jax.main refused by a live holder (exit 2, one line), taking a dead worker's point."""
 
 from __future__ import annotations
 
@@ -192,20 +193,132 @@ def test_four_workers_gcs_one_killed(gcs, tmp_path):
   _run_pool("gs://bucket/pool", tmp_path, gcs[1])
 
 
-@pytest.mark.e2e
-def test_second_main_on_a_workdir_refuses(tmp_path):
-  """A live lease on a workdir: gp_jax.main exits 2 in one line naming the holder, before touching JAX state."""
+# ----------------------------------------------------------------------------- a dead holder on this host
+
+
+def _child(code: str) -> tuple[subprocess.Popen, str]:
+  """A Python child that runs `code`, prints one line (what `code` leaves in `out`) and then waits on its stdin."""
+  child = subprocess.Popen([sys.executable, "-c", f"{code}\nprint(out, flush=True)\ninput()"], cwd=REPO,
+                           env={**os.environ, "PYTHONPATH": REPO}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True)
+  return child, child.stdout.readline().strip()
+
+
+def test_process_gone_only_for_a_dead_process_of_this_host():
+  me = lease_lib.process_identity()
+  assert not lease_lib.process_gone(me)
+  child, out = _child("import json; from gp_jax import lease; out = json.dumps(lease.process_identity())")
+  them = json.loads(out)
+  assert them["pid"] == child.pid and not lease_lib.process_gone(them)
+  child.kill()
+  if hasattr(os, "waitid"):
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # dead, not reaped: a zombie
+    assert lease_lib.process_gone(them)
+  child.wait()
+  assert lease_lib.process_gone(them)
+  # Unknowable from here: another host, another pid namespace (a container), a lease without the record.
+  assert not lease_lib.process_gone({**them, "host": them["host"] + "-elsewhere"})
+  assert not lease_lib.process_gone({**them, "pid_ns": "pid:[1]"})
+  assert not lease_lib.process_gone(None)
+  if me["start"] is not None:  # Linux: our pid with another start time is a later process under a reused pid
+    assert lease_lib.process_gone({**me, "start": me["start"] - 1})
+
+
+def test_a_killed_holders_lease_is_taken_over_at_once(tmp_path):
+  """Heartbeats of an hour: only the holder's recorded process, gone from this host, makes its lease stale."""
+  folder = str(tmp_path / "_launch" / "leases" / "p")
+  child, out = _child(f"from gp_jax import lease; l = lease.Lease({folder!r}, owner='w7@' + lease.owner_label(), "
+                      "heartbeat=3600); out = l.try_acquire()")
+  assert out == "True"
+  waiting = lease_lib.Lease(folder, owner="me", heartbeat=3600)
+  assert not waiting.try_acquire() and waiting.holder.owner == f"w7@{lease_lib.owner_label().split(':')[0]}:{child.pid}"
+  child.kill()
+  child.wait()
+  assert waiting.try_acquire() and waiting.epoch == 1
+  assert lease_lib.history(folder)[1]["took_over"]
+  waiting.release()
+
+
+def test_workdir_lock_goes_with_its_process(tmp_path):
+  child, out = _child(f"from gp_jax import lease; l = lease.WorkdirLock({str(tmp_path)!r}); out = l.try_acquire()")
+  assert out == "True"
+  mine = lease_lib.WorkdirLock(str(tmp_path))
+  assert not mine.try_acquire()
+  holder = mine.holder()
+  assert holder.owner.endswith(f":{child.pid}") and holder.process["pid"] == child.pid
+  assert f"a live process holding {tmp_path / 'run.lock'}" in holder.describe()
+  child.kill()
+  child.wait()
+  assert mine.try_acquire()
+  other = lease_lib.WorkdirLock(str(tmp_path))
+  assert not other.try_acquire()  # another open of the file, even in this process
+  mine.release()
+  assert other.try_acquire()
+  other.release()
+  assert os.listdir(tmp_path) == ["run.lock"]
+
+
+# ----------------------------------------------------------------------------- gp_jax.main against holders
+
+
+def _main(workdir: str, **env):
   from tests import helpers_train as ht
 
-  workdir = str(tmp_path / "run")
-  holder = lease_lib.Lease(lease_lib.find_lease_dir(workdir), owner="somebody-else:1234", heartbeat=30)
-  assert holder.try_acquire()
-  try:
-    out = subprocess.run(ht.main_command(workdir, num_train_steps=2), cwd=REPO, env=ht.subprocess_env(devices=1),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
-  finally:
-    holder.release()
+  return subprocess.run(ht.main_command(workdir, num_train_steps=2, **{"data.max_eval_records": 8}), cwd=REPO,
+                        env=ht.subprocess_env(devices=1, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        text=True, timeout=180)
+
+
+def _refusal(out) -> str:
   assert out.returncode == 2, out.stderr[-3000:]
   err = [line for line in out.stderr.splitlines() if line.startswith("error:")]
-  assert len(err) == 1 and "held by somebody-else:1234 (lease epoch 0" in err[0], out.stderr[-3000:]
-  assert not os.path.exists(os.path.join(workdir, "ckpt"))
+  assert len(err) == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+  return err[0]
+
+
+@pytest.mark.e2e
+def test_second_main_on_a_plain_workdir_refuses_and_writes_nothing_beside_it(tmp_path):
+  """A plain local workdir held by a live process (its lock): gp_jax.main exits 2 in one line naming the holder,
+  before touching JAX state; the lock file is the only thing written, inside the workdir."""
+  workdir = str(tmp_path / "run")
+  os.makedirs(workdir)
+  holder = lease_lib.WorkdirLock(workdir)
+  assert holder.try_acquire()
+  try:
+    out = _main(workdir)
+  finally:
+    holder.release()
+  line = _refusal(out)
+  assert f"{workdir} is held by {lease_lib.owner_label()} (a live process holding" in line, line
+  assert "another --workdir" in line
+  assert os.listdir(tmp_path) == ["run"] and os.listdir(workdir) == ["run.lock"]
+
+
+@pytest.mark.e2e
+def test_main_under_a_sweep_root_respects_a_live_workers_lease_and_takes_a_dead_ones(tmp_path):
+  """A point of a sweep root (ROOT/_launch/ exists): a live worker's lease refuses gp_jax.main; the lease of a worker
+  SIGKILLed on this host is taken over at once (lease timings of an hour), and the run finishes."""
+  root = tmp_path / "sweep"
+  (root / "_launch").mkdir(parents=True)
+  point = str(root / "default" / "seed=0")
+  folder = lease_lib.lease_dir(point, root=str(root))
+  live = lease_lib.Lease(folder, owner=f"w9@{lease_lib.owner_label()}", heartbeat=3600)
+  assert live.try_acquire()
+  try:
+    line = _refusal(_main(point, GP_JAX_LEASE_HEARTBEAT_S=3600))
+  finally:
+    live.release(outcome="test")
+  assert f"held by w9@{lease_lib.owner_label()} (lease epoch 0" in line and "taken over at once" in line, line
+  assert not os.path.exists(point)  # refused before creating it
+
+  child, out = _child(f"from gp_jax import lease; l = lease.Lease({folder!r}, owner='w8@' + lease.owner_label(), "
+                      "heartbeat=3600); out = l.try_acquire()")
+  assert out == "True"
+  child.kill()
+  child.wait()
+  done = _main(point, GP_JAX_LEASE_HEARTBEAT_S=3600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  hist = lease_lib.history(folder)
+  host = lease_lib.owner_label().split(":")[0]
+  assert [h["owner"].split(":")[0] for h in hist] == [f"w9@{host}", f"w8@{host}", host]  # the last: gp_jax.main
+  assert hist[2]["took_over"] and hist[2]["released"] and not hist[1].get("released")

@@ -1,4 +1,5 @@
-"""Progress off a terminal: periodic log lines, never a flood of carriage returns."""
+"""Progress off a terminal: periodic log lines (batches; training steps with rate and ETA), never a flood of carriage
+returns; the per-type F1 and config lines of the training log."""
 
 import logging
 
@@ -20,3 +21,39 @@ def test_progress_disabled_is_silent(caplog):
   with caplog.at_level(logging.INFO, logger="gp_jax"):
     assert list(reporting.progress(iter([1, 2]), total=2, desc="x", enabled=False)) == [1, 2]
   assert not caplog.records
+
+
+class _Clock:
+  def __init__(self):
+    self.now = 100.0
+
+  def __call__(self):
+    return self.now
+
+
+def test_progress_line_every_n_seconds_with_rate_and_eta(caplog):
+  clock = _Clock()
+  progress = reporting.Progress(1000, start=200, every_s=30.0, clock=clock)
+  with caplog.at_level(logging.INFO, logger="gp_jax"):
+    clock.now += 29.0
+    assert progress.update(258) is None  # not yet 30 s
+    clock.now += 11.0  # 40 s for 200 -> 280: 2 steps/s, 720 steps left = 360 s
+    assert progress.update(280) == ("progress: step 280/1000 (28%), 2.00 steps/s, elapsed 0:00:40, ETA 0:06:00")
+    clock.now += 10.0
+    assert progress.update(300) is None  # 10 s since the last line
+    clock.now += 3750.0  # 3800 s for 200 -> 960 steps: 0.2 steps/s, 40 left = 200 s
+    assert progress.update(960) == "progress: step 960/1000 (96%), 0.20 steps/s, elapsed 1:03:20, ETA 0:03:20"
+  assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("progress:")] == [
+      "progress: step 280/1000 (28%), 2.00 steps/s, elapsed 0:00:40, ETA 0:06:00",
+      "progress: step 960/1000 (96%), 0.20 steps/s, elapsed 1:03:20, ETA 0:03:20"]
+  off = reporting.Progress(1000, start=0, every_s=0.0, clock=clock)
+  clock.now += 1e6
+  assert off.update(500) is None  # 0 turns it off
+
+
+def test_per_type_line_and_config_lines():
+  per_type = {"LOC": {"f1": 0.91234, "gold": 412, "precision": 1.0, "recall": 0.8}, "ORG": {"f1": 0.5, "gold": 3}}
+  assert reporting.per_type_line(per_type) == "LOC 0.9123 (412), ORG 0.5000 (3)"
+  assert reporting.per_type_line({}) == "(no types)"
+  lines = reporting.config_lines('{"b": {"c": [1, 2]}, "a": "x y"}', "Spec(k=1)")
+  assert lines == ['Config: {"b":{"c":[1,2]},"a":"x y"}', "Run spec (resolved): Spec(k=1)"]

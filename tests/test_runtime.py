@@ -1,8 +1,10 @@
 """gp_jax.runtime: the unrolled threefry lowering gives the Threefry-2x32 bits (NumPy reference from the
-Random123 formulas) without the CPU while loop; malloc settings are what the docs say."""
+Random123 formulas) without the CPU while loop; malloc settings are what the docs say; Ctrl-C asks the loop to stop,
+and a second one (or one outside the loop) stops the process at once."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -105,3 +107,67 @@ def test_environ_sets_then_restores_each_variable(monkeypatch):
   with pytest.raises(RuntimeError), runtime.environ({"GP_JAX_TEST_UNSET": "inside"}):
     raise RuntimeError
   assert "GP_JAX_TEST_UNSET" not in os.environ
+
+
+def test_preemption_takes_ctrl_c_as_a_stop_request():
+  before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+  with runtime.Preemption() as p:
+    assert not p.should_stop(1)
+    os.kill(os.getpid(), signal.SIGINT)
+    assert p.should_stop(2) and p.signal_name == "SIGINT"
+  assert {s: signal.getsignal(s) for s in before} == before
+
+
+SECOND_CTRL_C = r"""
+import os, signal, sys
+from gp_jax import runtime
+with runtime.on_stop(lambda name: open(sys.argv[1], "w").write(name)):
+  with runtime.Preemption() as p:
+    os.kill(os.getpid(), signal.SIGINT)
+    assert p.should_stop(1)
+    print("asked", flush=True)
+    os.kill(os.getpid(), signal.SIGINT)
+    print("not stopped", flush=True)
+"""
+
+CTRL_C_WHILE_WAITING = r"""
+import concurrent.futures, sys, threading
+from gp_jax import runtime
+runtime.stop_at_once_on_sigint()
+with runtime.on_stop(lambda name: open(sys.argv[1], "w").write(name)):
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:  # leaving this block waits for the job: it never ends
+    job = pool.submit(threading.Event().wait)
+    print("waiting", flush=True)
+    job.result()
+"""
+
+
+def _stopped(code: str, tmp_path, *, signal_after: str | None = None):
+  """(exit status, stdout, stderr) of `code` run as a child; with `signal_after`, SIGINT once it prints that."""
+  record = tmp_path / "stopped_by"
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+  child = subprocess.Popen([sys.executable, "-c", code, str(record)], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+  try:
+    if signal_after is not None:
+      assert child.stdout.readline().strip() == signal_after
+      child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+  finally:
+    if child.poll() is None:
+      child.kill()
+      child.wait()
+  assert record.read_text() == "SIGINT"  # the on_stop callback ran
+  return child.returncode, out, err
+
+
+def test_a_second_ctrl_c_stops_at_once_with_one_line(tmp_path):
+  rc, out, err = _stopped(SECOND_CTRL_C, tmp_path)
+  assert rc == runtime.EXIT_INTERRUPTED == 130 and out == "asked\n"
+  assert err.strip().splitlines() == ["interrupted: a second Ctrl-C; stopped at once, without the checkpoint of this "
+                                      "step. Rerun the same command to resume from the last checkpoint"], err
+
+
+def test_ctrl_c_outside_the_steps_stops_at_once_though_a_thread_pool_never_ends(tmp_path):
+  rc, _, err = _stopped(CTRL_C_WHILE_WAITING, tmp_path, signal_after="waiting")
+  assert rc == 130 and err.strip().splitlines()[-1].startswith("interrupted: Ctrl-C outside the training steps"), err

@@ -122,6 +122,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.keep_checkpoints = 2  # resume checkpoints kept (the best-by-dev-F1 one is kept apart)
   c.init_from = ""  # checkpoint directory (a workdir or its ckpt/best folder) to start from if workdir has none
   c.progress_bar = True  # tqdm bar on process 0
+  c.progress_log_seconds = 30.0  # without a bar (no terminal): a progress line (steps, steps/s, ETA) every N s; 0 = off
   c.compilation_cache = "auto"  # jax's persistent compilation cache: auto ($GP_JAX_COMPILATION_CACHE, else ~/.cache/gp_jax/jax_cache), off, or a folder
 
   c.mesh = ml_collections.ConfigDict()

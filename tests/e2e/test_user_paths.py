@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from gp_jax import train
+from gp_jax.errors import UserError
 from gp_jax.models.bert import BertConfig
 from tests import helpers_train as ht
 from tests.models.test_bert import _hf_config_dict, _hf_weights, _write_checkpoint
@@ -138,6 +139,19 @@ def test_help_exits_zero_and_an_unknown_flag_is_one_line():
                                                         "config ?"), out.stderr
 
 
+def test_a_missing_config_file_is_one_line(tmp_path):
+  missing = str(tmp_path / "nope.py")
+  for overrides in ([], ["--config.seed=3"]):  # an override reads the config that failed to load
+    out = subprocess.run([sys.executable, "-m", "gp_jax.main", f"--config={missing}:quick",
+                          f"--workdir={tmp_path / 'w'}", *overrides], cwd=ht.REPO, env=ht.subprocess_env(devices=1),
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert out.stderr.strip().splitlines() == [
+        f"error: no experiment file {missing}: --config takes a Python file with get_config(arg), e.g. "
+        "experiments/synthetic.py:quick"], out.stderr[-3000:]
+  assert not os.path.exists(tmp_path / "w")
+
+
 def test_config_checks_fail_early_with_one_line(tmp_path):
   out = ht.run_main(str(tmp_path / "a"), env=ht.subprocess_env(devices=1), timeout=TIMEOUT, **{"model.hed": "standard"})
   assert out.returncode == 2 and "unknown config key 'model.hed'" in out.stdout and "model.head" in out.stdout
@@ -147,11 +161,18 @@ def test_config_checks_fail_early_with_one_line(tmp_path):
   with pytest.raises(ValueError, match=r"batch_size=12 must be divisible by the 8 data-parallel devices"):
     train.setup_run(ht.tiny_config(batch_size=12), str(tmp_path / "b"))
 
-  # Reusing a workdir with another model fails with the changed keys, unless allowed.
+  # Reusing a workdir with another model fails with the changed keys, unless allowed: through gp_jax.main, one line
+  # and exit 2, saying both ways on.
   workdir = str(tmp_path / "c")
   train.train_and_evaluate(ht.tiny_config(num_train_steps=2), workdir)
-  with pytest.raises(ValueError, match=r"1 changed keys: model.head_size: 16 -> 8"):
+  with pytest.raises(UserError, match=r"1 changed keys: model.head_size: 16 -> 8\)"):
     train.train_and_evaluate(ht.tiny_config(num_train_steps=2, **{"model.head_size": 8}), workdir)
+  out = subprocess.run(ht.main_command(workdir, num_train_steps=2, **{"model.head_size": 8}), cwd=ht.REPO,
+                       env=ht.subprocess_env(devices=1), capture_output=True, text=True, timeout=TIMEOUT)
+  assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
+  err = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+  assert len(err) == 1 and "model.head_size: 16 -> 8" in err[0], out.stderr[-3000:]
+  assert "--config.allow_config_change=True" in err[0] and "another --workdir" in err[0]
   # Where files live may differ between hosts; and the check can be switched off.
   train.train_and_evaluate(ht.tiny_config(num_train_steps=2, **{"data.tfds_dir": str(tmp_path / "elsewhere")}), workdir)
   summary = train.train_and_evaluate(ht.tiny_config(num_train_steps=3, allow_config_change=True,
@@ -196,4 +217,7 @@ def test_keys_added_since_a_run_compare_as_their_defaults():
   new["model"]["conv_impl"] = "xla"
   assert wd.config_changes(old, new, defaults) == ["model.conv_impl: 'unfold' -> 'xla'"]
   new["batch_size"] = 7  # outside the compared sections
+  assert wd.config_changes(old, new, defaults) == ["model.conv_impl: 'unfold' -> 'xla'"]
+  del old["progress_log_seconds"]  # how the log reads, never the model: absent or changed, no refusal
+  new["progress_log_seconds"] = 5.0
   assert wd.config_changes(old, new, defaults) == ["model.conv_impl: 'unfold' -> 'xla'"]
