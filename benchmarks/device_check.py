@@ -16,7 +16,7 @@ compilation cache (--cache_dir); the numerics stages (attention, precision) comp
               call), the efficient head. Per run, from its log: first step, each program compiled ahead (seconds,
               cache hit or miss), dev evaluations, steady ms/step by bucket, checkpoints, whole wall, dev F1.
               Fused vs reference: the 2-layer BERT-base-width step (precision's model, batch and lr) with
-              model.kernels=fused and optimizer.update=fused, then kernels=reference and update=optax, each in its
+              model.kernels=fused and optimizer.update_impl=fused, then kernels=reference and update=optax, each in its
               own process (an abort loses its side only), same init and dropout masks, 30 steps: largest loss
               difference against the bf16-vs-f32 gap (BF16_F32_GAP: pass or fail), parameters after one step.
               A call of its own: `--stages=versions,trainer --budget_s=520` (docs/device/README.md)
@@ -265,7 +265,7 @@ TRAINER_LABELS = {"cold": "cold", "warm": "warm", "warm_k1": "warm, one step per
 # Largest loss difference between bf16 and f32 over the precision stage's 30 steps, one H100, 2026-11-26
 # (docs/device/README.md): the bar for the fused step against the reference one.
 BF16_F32_GAP = 0.011
-# model.kernels and optimizer.update of the two steps; both with threefry bits, which each dropout draws from the
+# model.kernels and optimizer.update_impl of the two steps; both with threefry bits, which each dropout draws from the
 # module's stream in the same order (fused hash bits draw every mask's key words at once, so their masks differ).
 KERNEL_RUNS = {"fused": {"kernels": "fused", "update": "fused"},
                "reference": {"kernels": "reference", "update": "optax"}}
@@ -864,7 +864,7 @@ def project_step(hf: dict, *, batch: int, seq: int, dtype: str = "auto", attenti
                  attention_dropout: float = 0.1, dropout_bits: str = "auto", kernels: str = "auto",
                  update: str = "auto", seed: int = 0, lr: float | None = None):
   """-> (ProjectStep, device batch, FLOPs per step, host batch): BERT (`hf`) + GP (H=10, d=64), random init,
-  synthetic batch; `dropout_bits`, `kernels`, `update`: `model.dropout_bits`, `model.kernels`, `optimizer.update`
+  synthetic batch; `dropout_bits`, `kernels`, `update`: `model.dropout_bits`, `model.kernels`, `optimizer.update_impl`
   (auto resolves per platform)."""
   from benchmarks.inputs import ProjectStep, bert_config, bert_inputs  # pylint: disable=g-import-not-at-top
   from benchmarks.train_step import bert_gp_train_flops  # pylint: disable=g-import-not-at-top
@@ -877,7 +877,7 @@ def project_step(hf: dict, *, batch: int, seq: int, dtype: str = "auto", attenti
   config.model.attention_dropout = attention_dropout
   config.model.dropout_bits = dropout_bits
   config.model.kernels = kernels
-  config.optimizer.update = update
+  config.optimizer.update_impl = update
   if lr is not None:
     config.optimizer.lr, config.optimizer.head_lr, config.optimizer.warmup_steps = lr, lr, 0
   tokenizer, _ = bert_inputs(hf)

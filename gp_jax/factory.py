@@ -251,7 +251,7 @@ class OptimizerSpec:
   eps: float
   crf_lr_multiplier: float = 1.0
   ema_decay: float = 0.0
-  update: str = "auto"
+  update_impl: str = "auto"
   ema_warmup: bool = False
 
   def get(self, name: str, default=None):

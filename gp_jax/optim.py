@@ -1,7 +1,7 @@
 """Optimizer and learning-rate schedules: AdamW with a separate head learning rate.
 
 `make_optimizer` builds optax's AdamW (its state is what checkpoints hold) and pairs it with `apply`, the train step's
-whole update: (grads, opt_state, params) -> (params, opt_state, global gradient norm). `optimizer.update` picks how
+whole update: (grads, opt_state, params) -> (params, opt_state, global gradient norm). `optimizer.update_impl` picks how
 `apply` computes it:
 - "optax": tx.update, optax.apply_updates, optax.global_norm.
 - "fused": the same formulas on the same state, written for XLA:GPU, which launches every small op as a kernel of its
@@ -57,11 +57,16 @@ def param_labels(params, *, crf_multiplier: bool = False):
   return jax.tree_util.tree_map_with_path(label, params)
 
 
+def _update_kind(opt_cfg) -> str:
+  return str(opt_cfg.get("update_impl", opt_cfg.get("update", "auto"))).strip().lower()
+
+
 def resolve_update(opt_cfg, platform: str) -> str:
-  """`optimizer.update` for a program compiled for `platform`: "fused" or "optax" (the value resolved.json records)."""
-  kind = str(opt_cfg.get("update", "auto")).strip().lower()
+  """`optimizer.update_impl` for a program compiled for `platform`: "fused" or "optax" (the value resolved.json
+  records). Workdirs written before the rename hold it as `optimizer.update`."""
+  kind = _update_kind(opt_cfg)
   if kind not in UPDATES:
-    raise ValueError(f"optimizer.update must be one of {UPDATES}, got {kind!r}")
+    raise ValueError(f"optimizer.update_impl must be one of {UPDATES}, got {kind!r}")
   if kind != "auto":
     return kind
   return "fused" if platform in FUSED_ON else "optax"
@@ -109,7 +114,7 @@ def make_optimizer(opt_cfg, total_steps: int, params):
     tx = optax.chain(optax.clip_by_global_norm(clip_norm), tx)
   groups = {k: _Group(s, float(opt_cfg.b1), float(opt_cfg.b2), float(opt_cfg.eps), float(opt_cfg.weight_decay))
             for k, s in schedules.items()}
-  kind = str(opt_cfg.get("update", "auto")).strip().lower()
+  kind = _update_kind(opt_cfg)
   resolve_update(opt_cfg, "cpu")  # validates the name; "auto" is settled per platform when the step is lowered
 
   def optax_apply(grads, opt_state, params):

@@ -87,12 +87,16 @@ def _flatten(d, prefix=""):
   return out
 
 
+# Keys renamed since a workdir may have been written: old name -> new name.
+RENAMED_KEYS = {"optimizer.update": "optimizer.update_impl"}
+
+
 def config_changes(old: dict, new: dict, defaults: dict | None = None, *, ignore=()) -> list[str]:
   """Keys of model/data/tokenizer/optimizer/loss (but not `ignore`) whose values differ, as 'key: old -> new'.
 
   A key missing from `old` (added to the code after that run was written) counts as its value in
   `defaults`, the base config, whose defaults keep earlier behaviour."""
-  compared = lambda d: {k: v for k, v in _flatten(d).items()  # noqa: E731
+  compared = lambda d: {RENAMED_KEYS.get(k, k): v for k, v in _flatten(d).items()  # noqa: E731
                         if k.split(".")[0] in COMPARED_SECTIONS and k not in LOCATION_KEYS and k not in ignore}
   a, b = compared(old), compared(new)
   a = {**{k: v for k, v in compared(defaults or {}).items() if k in b}, **a}

@@ -3,6 +3,8 @@ and moments after a few updates, with and without clipping, weight decay and per
 norm against a NumPy sum of squares; "auto" is optax's update, bit for bit, on CPU; a sharded state stays sharded;
 and the train step with the fused encoder kernels and update forced on CPU against the reference step."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -19,7 +21,7 @@ def _opt_cfg(kind: str, update: str = "auto"):
   clip 1.0, decay 0.01, head rate)."""
   c = ml_collections.ConfigDict(dict(lr=2e-5, head_lr=0.0, warmup_steps=0, decay="constant", weight_decay=0.0,
                                      clip_norm=0.0, b1=0.9, b2=0.999, eps=1e-6, crf_lr_multiplier=1000.0,
-                                     update=update))
+                                     update_impl=update))
   if kind == "base":
     c.update(dict(lr=5e-3, head_lr=1e-2, warmup_steps=2, decay="linear", weight_decay=0.01, clip_norm=1.0, b2=0.98,
                   eps=1e-8, crf_lr_multiplier=1.0))
@@ -87,12 +89,15 @@ def test_global_norm_is_the_sum_of_squares():
 def test_update_names_resolve_per_platform():
   c = _opt_cfg("su")
   assert [optim.resolve_update(c, p) for p in ("cpu", "cuda", "tpu")] == ["optax", "fused", "optax"]
-  c.update = "fused"
+  c.update_impl = "fused"
   assert optim.resolve_update(c, "cpu") == "fused"
-  del c["update"]
+  del c["update_impl"]
   assert optim.resolve_update(c, "cuda") == "fused"  # configs written before the key: auto
-  c.update = "grouped"
-  with pytest.raises(ValueError, match="optimizer.update must be one of"):
+  c["update"] = "optax"
+  assert optim.resolve_update(c, "cuda") == "optax"  # workdirs written before the rename
+  del c["update"]
+  c.update_impl = "grouped"
+  with pytest.raises(ValueError, match="optimizer.update_impl must be one of"):
     optim.make_optimizer(c, 10, {"w": jnp.zeros(3)})
 
 
@@ -153,7 +158,7 @@ def _steps(config, types, tokenizer, batches, init, *, fused: bool, monkeypatch)
   from gp_jax.models import bert
 
   monkeypatch.setattr(bert, "FUSED_ON", ("cpu", "cuda") if fused else ("cuda",))
-  config.optimizer.update = "fused" if fused else "optax"
+  config.optimizer.update_impl = "fused" if fused else "optax"
   mesh = shd.make_mesh(1, 1, devices=jax.devices()[:1])
   setup, params = state_lib.init_model(config, tokenizer, types, mesh, **init)
   tx, _ = optim.make_optimizer(config.optimizer, 100, params)
@@ -190,3 +195,17 @@ def test_fused_train_step_with_dropout_is_finite_and_repeatable(monkeypatch):
   _, ref, _ = _steps(*problem, fused=False, monkeypatch=monkeypatch)
   assert a == b and all(np.isfinite(a))
   np.testing.assert_allclose(a[0], ref[0], rtol=0.2)  # other masks, same model: a loss of the same size
+
+
+def test_a_workdir_written_before_the_rename_resumes_and_keeps_its_choice():
+  """optimizer.update was renamed update_impl (`--config.optimizer.update=...` clashed with ConfigDict.update)."""
+  from gp_jax import workdir as wd  # pylint: disable=g-import-not-at-top
+  from gp_jax.configs import base  # pylint: disable=g-import-not-at-top
+
+  new = json.loads(base.get_config().to_json_best_effort())
+  old = json.loads(json.dumps(new))
+  old["optimizer"]["update"] = old["optimizer"].pop("update_impl")
+  assert wd.config_changes(old, new, new) == []
+  old["optimizer"]["update"] = "fused"
+  assert wd.config_changes(old, new, new) == ["optimizer.update_impl: 'fused' -> 'auto'"]
+  assert optim.resolve_update(ml_collections.ConfigDict(old["optimizer"]), "cpu") == "fused"

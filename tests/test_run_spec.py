@@ -61,9 +61,9 @@ def test_setup_carries_the_spec_not_the_config():
 
 
 def test_optimizer_spec_reads_like_the_group():
-  config = ht.tiny_config(**{"optimizer.update": "optax"})
+  config = ht.tiny_config(**{"optimizer.update_impl": "optax"})
   spec = factory.OptimizerSpec.from_config(config.optimizer)
-  for name in ("lr", "head_lr", "warmup_steps", "decay", "weight_decay", "clip_norm", "b1", "b2", "eps", "update"):
+  for name in ("lr", "head_lr", "warmup_steps", "decay", "weight_decay", "clip_norm", "b1", "b2", "eps", "update_impl"):
     assert spec.get(name) == config.optimizer[name] == getattr(spec, name)
   assert spec.get("absent", 7) == 7
   assert optim.resolve_update(spec, "cpu") == optim.resolve_update(config.optimizer, "cpu")

@@ -29,7 +29,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.seed = a.seed  # seeds init, dropout and data order
 
   c.data = ml_collections.ConfigDict()
-  c.data.name = a.dataset  # corpus (msra|cluener2020|conll2003|germeval2014|people_daily|cmeee|cmeee_v2), user files 'jsonl', 'conll' or 'cblue' (CMeEE JSON array), or 'synthetic'
+  c.data.name = a.dataset  # corpus (msra|cluener2020|conll2003|germeval2014|people_daily|cmeee|cmeee_v2), user files 'jsonl', 'conll' or 'cblue' (CMeEE JSON array), or 'synthetic' / 'synthetic_distance' (generated)
   c.data.train_file = ""  # jsonl/conll/cblue: training file
   c.data.dev_file = ""  # jsonl/conll/cblue: dev file ("" = carve dev_fraction out of train)
   c.data.test_file = ""  # jsonl/conll/cblue: test file ("" = no test evaluation)
@@ -51,7 +51,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.data.buckets = (32, 64, 128)  # padded lengths; a batch uses the smallest that fits (jit compiles once per bucket)
   c.data.bucket_run = 0  # batches of one bucket come in runs of this many, so k-step calls stay full; 0 = interleaved
   c.data.max_span_width = 0  # 0 = unlimited; else spans wider than this are neither trained nor predicted
-  c.data.synthetic_records = 2000  # synthetic: number of training records (dev/test get a quarter each)
+  c.data.synthetic_records = 2000  # synthetic, synthetic_distance: number of training records (dev/test get a quarter each)
 
   c.tokenizer = ml_collections.ConfigDict()
   c.tokenizer.min_freq = 1  # scratch: chars seen fewer times in train map to [UNK]
@@ -95,12 +95,12 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.optimizer.decay = "linear"  # after warmup: 'linear' to 0, 'cosine' to 0, or 'constant'
   c.optimizer.weight_decay = 0.01  # AdamW decoupled decay, matrices only
   c.optimizer.clip_norm = 1.0  # global gradient norm clip (0 = off)
-  c.optimizer.b1 = 0.9
-  c.optimizer.b2 = 0.98
-  c.optimizer.eps = 1e-8
+  c.optimizer.b1 = 0.9  # Adam first-moment (gradient mean) decay
+  c.optimizer.b2 = 0.98  # Adam second-moment decay
+  c.optimizer.eps = 1e-8  # Adam epsilon in the update's denominator
   c.optimizer.crf_lr_multiplier = 1.0  # crf head: the transition matrix's learning rate is this times the head's
   c.optimizer.ema_decay = 0.0  # > 0: EMA of the parameters (e <- decay*e + (1-decay)*p per step); evaluation, best/, predict use it
-  c.optimizer.update = "auto"  # how the step applies AdamW: auto (fused on GPU, optax elsewhere), fused or optax (same state)
+  c.optimizer.update_impl = "auto"  # how the step applies AdamW: auto (fused on GPU, optax elsewhere), fused or optax (same state)
   c.optimizer.ema_warmup = False  # EMA decay min(ema_decay, (1+t)/(10+t)) at update t (TF's num_updates form)
 
   c.adversarial = ml_collections.ConfigDict()  # perturbation of the word-embedding output (`gp_jax.adversarial`)
