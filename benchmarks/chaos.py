@@ -9,8 +9,8 @@ checkpoint every 2 steps), so a restart costs a few seconds (one persistent comp
 A kill moment is drawn uniformly over start-up plus `--window` seconds of training, so that each restart gets a
 little further and `--kills` kills fit in one run (random moments are the point here: a timeout, not a signal from
 the run, decides when the kill comes). A kill counts as "during a save" when it leaves
-a new Orbax temporary checkpoint folder behind. Leases are shortened (`GP_JAX_LEASE_HEARTBEAT_S`) so a restart takes
-over the killed run's lease at once. Prints one line per kill with --verbose, and a summary line.
+a new Orbax temporary checkpoint folder behind. A killed run's workdir lock goes with its process, so a restart
+that is refused the workdir is a failure. Prints one line per kill with --verbose, and a summary line.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def command(workdir: str, extra: dict | None = None) -> list[str]:
 def environment(cache: str) -> dict:
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
              JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-             GP_JAX_LEASE_HEARTBEAT_S="0.2", GP_JAX_LEASE_STALE_BEATS="2", PYTHONPATH=REPO)
+             PYTHONPATH=REPO)
   return env
 
 
@@ -112,7 +112,7 @@ def main(argv=None):
                  stderr=subprocess.DEVNULL)  # the uninterrupted run; also fills the compilation cache
   startup = time_to_first_log(os.path.join(root, "timing"), env, extra)
   window = startup + args.window
-  kills = during_save = starts = refused = 0
+  kills = during_save = starts = 0
   tmp_pattern = os.path.join(run_dir, "*", "*.orbax-checkpoint-tmp*")
   while kills < args.kills and not finished(run_dir):
     left_before = set(glob.glob(tmp_pattern))
@@ -132,20 +132,13 @@ def main(argv=None):
         print(f"kill {kills}: at {moment:.2f} s{' (during a save)' if saving else ''}", flush=True)
       continue
     err = proc.stderr.read()
-    if rc == 2 and "lease" in err:  # the killed run's lease is not stale yet: try again
-      refused += 1
-      time.sleep(0.5)  # two heartbeats: the lease goes stale
-      continue
     if rc != 0:
       raise SystemExit(f"chaos: the run failed with exit status {rc}:\n{err[-3000:]}")
   while not finished(run_dir):
     proc = subprocess.run(command(run_dir, extra), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           text=True)
     starts += 1
-    if proc.returncode == 2 and "lease" in proc.stderr:
-      refused += 1
-      time.sleep(0.5)
-    elif proc.returncode != 0:
+    if proc.returncode != 0:
       raise SystemExit(f"chaos: the run failed with exit status {proc.returncode}:\n{proc.stderr[-3000:]}")
   results = {}
   for sub in ("ckpt", "best"):
@@ -153,8 +146,7 @@ def main(argv=None):
     results[sub] = (sa == sb, *same(a, b))
   ok = all(r[0] and r[1] for r in results.values())
   verdict = {sub: "bit-identical" if r[1] else f"DIFFERENT (max |diff| {r[2]:.3g})" for sub, r in results.items()}
-  print(f"chaos (steps_per_execution {args.steps_per_execution}): {kills} SIGKILLs ({during_save} during a checkpoint save), {starts} starts, {refused} refused by the "
-        f"lease; kill moments uniform over 0..{window:.1f} s after each start (start-up to the first logged step "
+  print(f"chaos (steps_per_execution {args.steps_per_execution}): {kills} SIGKILLs ({during_save} during a checkpoint save), {starts} starts; kill moments uniform over 0..{window:.1f} s after each start (start-up to the first logged step "
         f"{startup:.1f} s); final train state {verdict['ckpt']}, best parameters "
         f"{verdict['best']}; {'OK' if ok else 'FAILED'}", flush=True)
   if not args.workdir:

@@ -20,13 +20,12 @@ import sys
 
 import jax
 from absl import app, flags
-from ml_collections import config_flags
 
 from gp_jax import checkpoint, lease, runtime, storage, train
-from gp_jax.configs.args import check_override_keys
+from gp_jax.configs.args import check_override_keys, define_config_file
 from gp_jax.errors import UserError, help_exits_zero, storage_full
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (get_config(arg)).", lock_config=True)
+_CONFIG = define_config_file("config", "Experiment config file (get_config(arg)).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory (local or gs://) for checkpoints, logs and results; "
                                "resumes if it holds a checkpoint.")
 flags.mark_flags_as_required(["config", "workdir"])

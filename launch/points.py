@@ -18,7 +18,8 @@ NUM_TYPES = 10  # stand-in for user files, whose types are known only once read
 # Keys no step reads (the schedule is built for a fixed length): points differing only in these are built once.
 NOT_IN_PROGRAM = ("seed", "num_epochs", "num_train_steps", "log_every_steps", "eval_every_steps",
                   "checkpoint_every_steps", "keep_checkpoints", "early_stop_patience", "progress_bar",
-                  "compilation_cache", "init_from", "allow_config_change", "tune_threshold")
+                  "compilation_cache", "init_from", "allow_config_change", "tune_threshold",
+                  "progress_log_seconds")
 
 
 @dataclasses.dataclass

@@ -22,7 +22,8 @@ NO_ROPE = "n/a"  # tagger heads have no RoPE; their config's use_rope is ignored
 # Config keys that only say how a run logs, saves or is launched: they never make runs different cells.
 BOOKKEEPING_KEYS = frozenset({"progress_bar", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints",
                               "compilation_cache", "allow_config_change", "multihost", "coordinator_address",
-                              "num_processes", "process_id", "steps_per_execution"})
+                              "num_processes", "process_id", "steps_per_execution",
+                              "progress_log_seconds"})
 
 
 def find_runs(root) -> list[tuple[str, object]]:
