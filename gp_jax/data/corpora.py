@@ -79,7 +79,8 @@ def get_builder(name: str, *, manual_dir: str | os.PathLike | None = None,
 
 def load_split(name: str, split: str, *, manual_dir: str | os.PathLike | None = None,
                data_dir: str | os.PathLike | None = None) -> RecordSource:
-  """Records of one split of `name` in msra, cluener2020, conll2003, germeval2014, people_daily, cmeee, cmeee_v2.
+  """Records of one split of `name` in msra, cluener2020, conll2003, germeval2014, people_daily, cmeee, cmeee_v2,
+  webnlg_star (records with relations, types.py).
 
   split: train/dev/test (validation/valid are aliases of dev). manual_dir: the raw files
   (default $GP_JAX_DATA/<name> else ../shared/data/<name> beside the repo); data_dir:
@@ -113,14 +114,19 @@ def _text(x: Any) -> str:
 
 
 def to_record(example: dict) -> Record:
-  """A decoded TFDS example (bytes, numpy scalars) -> a plain Record."""
+  """A decoded TFDS example (bytes, numpy scalars) -> a plain Record (with "relations" when the corpus has them)."""
   ents = example["entities"]
-  return {
+  record = {
       "id": _text(example["id"]),
       "text": _text(example["text"]),
       "entities": [{"start": int(s), "end": int(e), "type": _text(t)}
                    for s, e, t in zip(ents["start"], ents["end"], ents["type"])],
   }
+  if "relations" in example:
+    rels = example["relations"]
+    record["relations"] = [{"head": int(h), "tail": int(t), "type": _text(k)}
+                           for h, t, k in zip(rels["head"], rels["tail"], rels["type"])]
+  return record
 
 
 def _fast_record(serialized: bytes) -> Record:
@@ -129,13 +135,18 @@ def _fast_record(serialized: bytes) -> Record:
   from tensorflow_datasets.core import example_parser  # noqa: PLC0415
 
   f = example_parser.tf_example_pb2.Example.FromString(serialized).features.feature
-  return {
+  record = {
       "id": f["id"].bytes_list.value[0].decode("utf-8"),
       "text": f["text"].bytes_list.value[0].decode("utf-8"),
       "entities": [{"start": s, "end": e, "type": t.decode("utf-8")}
                    for s, e, t in zip(f["entities/start"].int64_list.value, f["entities/end"].int64_list.value,
                                       f["entities/type"].bytes_list.value)],
   }
+  if "relations/head" in f:
+    heads, tails = f["relations/head"].int64_list.value, f["relations/tail"].int64_list.value
+    record["relations"] = [{"head": h, "tail": t, "type": k.decode("utf-8")}
+                           for h, t, k in zip(heads, tails, f["relations/type"].bytes_list.value)]
+  return record
 
 
 def _raw_source(source):

@@ -2,7 +2,8 @@
 
 Both return a `Records` list carrying a `ReadReport`: records kept, records skipped by
 reason (lenient mode), tag repairs (see tags.py). With strict=True the first bad record
-raises `DataError` naming the file, the line and what was expected.
+raises `DataError` naming the file, the line and what was expected. JSON lines may carry
+relations (`merge_relations`); the CasRel triple format is read by `gp_jax.data.relations`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, TextIO
 
 from gp_jax.data import tags as tags_lib
 from gp_jax.errors import UserError
-from gp_jax.data.types import Entity, Record
+from gp_jax.data.types import Entity, Record, Relation
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ class ReadReport:
   errors: list[str] = dataclasses.field(default_factory=list)  # first few skip messages
   scheme: str | None = None  # CoNLL only: the scheme used (given or detected)
   joiner: str | None = None  # CoNLL only: the string between tokens (given or detected)
+  relations: int = 0  # relations kept (records with "relations" only)
+  merged: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # duplicate_entity, ...
+  alignments: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # CasRel: unique, ...
 
   max_errors = 5
 
@@ -63,8 +67,16 @@ class ReadReport:
     if len(self.errors) < self.max_errors:
       self.errors.append(str(error))
 
+  @property
+  def has_relations(self) -> bool:
+    return bool(self.relations or self.merged or self.alignments)
+
   def summary(self) -> str:
     s = f"{self.path}: {self.records} records, {self.entities} entities"
+    if self.has_relations:
+      s += f", {self.relations} relations, merged {dict(self.merged)}"
+      if self.alignments:
+        s += f", alignments {dict(self.alignments)}"
     if self.scheme:
       s += f", scheme {self.scheme}"
     if self.joiner is not None:
@@ -80,10 +92,13 @@ class ReadReport:
       log.warning("skipped: %s", e)
 
   def as_dict(self) -> dict[str, Any]:
-    return {
+    out = {
         "records": self.records, "entities": self.entities, "scheme": self.scheme, "joiner": self.joiner,
         "skipped": dict(self.skipped), "repairs": dict(self.repairs), "repaired_records": len(self.repaired),
     }
+    if self.has_relations:  # entity reads keep their keys
+      out.update(relations=self.relations, merged=dict(self.merged), alignments=dict(self.alignments))
+    return out
 
 
 class Records(list):
@@ -135,11 +150,13 @@ def text_lines(f: Any, name: str) -> Iterator[tuple[int, str]]:
     yield lineno, line.rstrip("\r\n")
 
 
-def check_entities(text: str, entities: Sequence[Entity], *, where: str, line: int | None) -> None:
-  """Validates offsets against `text`: 0 <= start < end <= len(text), type a non-empty str."""
+def check_entities(text: str, entities: Sequence[Entity], *, where: str, line: int | None,
+                   allow_untyped: bool = False) -> None:
+  """Validates offsets against `text`: 0 <= start < end <= len(text), type a non-empty str ("" too with
+  `allow_untyped`, as entities of relation records may be)."""
   for e in entities:
     start, end, kind = e["start"], e["end"], e["type"]
-    if not isinstance(kind, str) or not kind:
+    if not isinstance(kind, str) or not (kind or allow_untyped):
       raise DataError(where, line, f"entity type {kind!r}: expected a non-empty string", reason="bad_value")
     if start >= end:
       raise DataError(where, line, f"entity {kind} [{start}, {end}): expected start < end", reason="empty_span")
@@ -157,26 +174,82 @@ def _int(value: Any, what: str, where: str, line: int) -> int:
   return value
 
 
-def _record_entities(obj: dict, text: str, where: str, line: int) -> list[Entity]:
-  """Record format: "entities": [{"start", "end", "type", optional "text"}], end exclusive."""
+def _record_entities(obj: dict, text: str, where: str, line: int, *, untyped: bool = False) -> list[Entity]:
+  """Record format: "entities": [{"start", "end", "type", optional "text"}], end exclusive; `untyped` (a record
+  with relations): "type" may be "" or absent (then "")."""
   raw = obj["entities"]
   if not isinstance(raw, list):
     raise DataError(where, line, f'"entities" is {type(raw).__name__}: expected a list', reason="bad_value")
   out = []
+  required = ("start", "end") if untyped else ("start", "end", "type")
   for k, e in enumerate(raw):
     if not isinstance(e, dict):
       raise DataError(where, line, f"entity #{k} is {type(e).__name__}: expected an object", reason="bad_value")
-    missing = [key for key in ("start", "end", "type") if key not in e]
+    missing = [key for key in required if key not in e]
     if missing:
-      raise DataError(where, line, f"entity #{k} lacks {missing}: expected keys start, end, type", reason="missing_key")
+      raise DataError(where, line, f"entity #{k} lacks {missing}: expected keys {', '.join(required)}",
+                      reason="missing_key")
     ent = Entity(start=_int(e["start"], f"entity #{k} start", where, line),
-                 end=_int(e["end"], f"entity #{k} end", where, line), type=e["type"])
-    check_entities(text, [ent], where=where, line=line)
+                 end=_int(e["end"], f"entity #{k} end", where, line), type=e.get("type", ""))
+    check_entities(text, [ent], where=where, line=line, allow_untyped=untyped)
     if "text" in e and text[ent["start"]:ent["end"]] != e["text"]:
       raise DataError(where, line, f"entity #{k} text {e['text']!r} != text[{ent['start']}:{ent['end']}] "
                       f"{text[ent['start']:ent['end']]!r}", reason="entity_text_mismatch")
     out.append(ent)
   return out
+
+
+def _record_relations(obj: dict, num_entities: int, where: str, line: int) -> list[Relation]:
+  """"relations": [{"head", "tail", "type"}], head and tail indexing the record's "entities"."""
+  raw = obj["relations"]
+  if not isinstance(raw, list):
+    raise DataError(where, line, f'"relations" is {type(raw).__name__}: expected a list', reason="bad_value")
+  out = []
+  for k, r in enumerate(raw):
+    if not isinstance(r, dict):
+      raise DataError(where, line, f"relation #{k} is {type(r).__name__}: expected an object", reason="bad_value")
+    missing = [key for key in ("head", "tail", "type") if key not in r]
+    if missing:
+      raise DataError(where, line, f"relation #{k} lacks {missing}: expected keys head, tail, type",
+                      reason="missing_key")
+    for key in ("head", "tail"):
+      i = _int(r[key], f"relation #{k} {key}", where, line)
+      if not 0 <= i < num_entities:
+        raise DataError(where, line, f"relation #{k} {key} {i} points at no entity: expected an index into the "
+                        f"record's {num_entities} entities (0 to {num_entities - 1}); fix the index or add the "
+                        "entity", reason="bad_relation")
+    if not isinstance(r["type"], str) or not r["type"]:
+      raise DataError(where, line, f"relation #{k} type {r['type']!r}: expected a non-empty string",
+                      reason="bad_value")
+    out.append(Relation(head=r["head"], tail=r["tail"], type=r["type"]))
+  return out
+
+
+def merge_relations(entities: Sequence[Entity], relations: Sequence[Relation]
+                    ) -> tuple[list[Entity], list[Relation], collections.Counter]:
+  """Merges entities with the same (start, end, type) and then repeated (head, tail, type) relations, keeping
+  first occurrences in order; relation indices are remapped. -> (entities, relations, counts of what was
+  merged: duplicate_entity, repeated_relation)."""
+  counts = collections.Counter()
+  index, kept, remap = {}, [], []
+  for e in entities:
+    key = (e["start"], e["end"], e["type"])
+    if key in index:
+      counts["duplicate_entity"] += 1
+    else:
+      index[key] = len(kept)
+      kept.append(e)
+    remap.append(index[key])
+  seen, rels = set(), []
+  for r in relations:
+    rel = Relation(head=remap[r["head"]], tail=remap[r["tail"]], type=r["type"])
+    key = (rel["head"], rel["tail"], rel["type"])
+    if key in seen:
+      counts["repeated_relation"] += 1
+    else:
+      seen.add(key)
+      rels.append(rel)
+  return kept, rels, counts
 
 
 def _cluener_entities(obj: dict, text: str, where: str, line: int) -> list[Entity]:
@@ -215,7 +288,9 @@ def read_jsonl(path: PathOrFile, *, strict: bool = True, allow_unlabelled: bool 
 
   path: a file path or an open text file (then `name` names it in messages).
 
-  Record: {"text", "entities": [{"start", "end", "type"[, "text"]}]} (end exclusive).
+  Record: {"text", "entities": [{"start", "end", "type"[, "text"]}]} (end exclusive), optionally with
+  "relations": [{"head", "tail", "type"}] indexing "entities"; in such a record an entity's "type" may be ""
+  or absent (untyped), duplicate entities and repeated relations are merged (counted in report.merged).
   CLUENER: {"text", "label": {type: {entity_text: [[start, end], ...]}}} (end inclusive).
   A line with neither "entities" nor "label" is an error unless `allow_unlabelled`
   (then it gets no entities). "id" is kept when present (as str), else
@@ -232,7 +307,7 @@ def read_jsonl(path: PathOrFile, *, strict: bool = True, allow_unlabelled: bool 
         continue
       n += 1
       try:
-        records.append(_parse_json_line(raw, where, line, f"{prefix}-{n - 1}", allow_unlabelled))
+        records.append(_parse_json_line(raw, where, line, f"{prefix}-{n - 1}", allow_unlabelled, report.merged))
       except DataError as e:
         if strict:
           raise
@@ -241,11 +316,13 @@ def read_jsonl(path: PathOrFile, *, strict: bool = True, allow_unlabelled: bool 
     if owned:
       f.close()
   report.records, report.entities = len(records), sum(len(r["entities"]) for r in records)
+  report.relations = sum(len(r.get("relations", ())) for r in records)
   report.log()
   return Records(records, report)
 
 
-def _parse_json_line(raw: str, where: str, line: int, default_id: str, allow_unlabelled: bool) -> Record:
+def _parse_json_line(raw: str, where: str, line: int, default_id: str, allow_unlabelled: bool,
+                     merged: collections.Counter) -> Record:
   try:
     obj = json.loads(raw)
   except json.JSONDecodeError as e:
@@ -259,6 +336,15 @@ def _parse_json_line(raw: str, where: str, line: int, default_id: str, allow_unl
   text = obj["text"]
   if not isinstance(text, str):
     raise DataError(where, line, f'"text" is {type(text).__name__}: expected a string', reason="bad_value")
+  if "relations" in obj:
+    if "entities" not in obj:
+      raise DataError(where, line, '"relations" without "entities": expected {"text", "entities", "relations"} '
+                      "with head and tail indexing the entities", reason="missing_key")
+    entities = _record_entities(obj, text, where, line, untyped=True)
+    relations = _record_relations(obj, len(entities), where, line)
+    entities, relations, counts = merge_relations(entities, relations)
+    merged.update(counts)
+    return Record(id=str(obj.get("id", default_id)), text=text, entities=entities, relations=relations)
   if "entities" in obj:
     entities = _record_entities(obj, text, where, line)
   elif "label" in obj:

@@ -10,6 +10,7 @@ import string
 from gp_jax.data.cblue import read_cblue
 from gp_jax.data.corpora import corpus_types, load_split
 from gp_jax.data.readers import DataError, read_conll, read_jsonl
+from gp_jax.data.relations import read_casrel
 from gp_jax.data.types import Record
 from gp_jax.errors import UserError
 
@@ -118,7 +119,7 @@ def _split_off(records: list[Record], fraction: float, seed: int) -> tuple[list[
 
 
 HOLDOUT = "holdout"  # data.dev_split value: carve data.dev_fraction out of the corpus' training split
-USER_FORMATS = ("jsonl", "conll", "cblue")  # data.name values that read data.train_file/dev_file/test_file
+USER_FORMATS = ("jsonl", "conll", "cblue", "casrel")  # data.name values that read data.train_file/dev_file/test_file
 
 
 def read_user_file(data_cfg, path) -> list[Record]:
@@ -129,6 +130,8 @@ def read_user_file(data_cfg, path) -> list[Record]:
     raise DataError(path, None, f"no such file (data.name={data_cfg.name})", reason="missing_file")
   if data_cfg.name == "cblue":
     return read_cblue(path, strict=data_cfg.strict, allow_unlabelled=path == data_cfg.test_file)
+  if data_cfg.name == "casrel":
+    return read_casrel(path, strict=data_cfg.strict, allow_unlabelled=path == data_cfg.test_file)
   if data_cfg.name == "jsonl":
     return read_jsonl(path, strict=data_cfg.strict)
   tag_cols = tuple(int(c) for c in data_cfg.conll_tag_cols) or None  # () = the last column
@@ -141,6 +144,7 @@ FORMAT_EXPECTED = {
     "jsonl": 'one JSON object {"text", "entities"} per line',
     "conll": "one token and its tag per line, a blank line between sentences",
     "cblue": 'a JSON array of records [{"text", "entities"}, ...]',
+    "casrel": 'a JSON array of records [{"text", "triple_list": [[subject, relation, object], ...]}, ...]',
 }
 
 
@@ -161,16 +165,28 @@ def empty_file_error(data_cfg, path, records) -> DataError:
                    reason="empty_split")
 
 
-def user_types(*, train: list[Record], dev: list[Record], test: list[Record]) -> list[str]:
-  """Sorted union of the entity types of every labelled split; warns about types train lacks."""
-  seen = {split: {e["type"] for r in recs for e in r["entities"]}
-          for split, recs in (("train", train), ("dev", dev), ("test", test))}
+def _union_types(kind: str, splits: dict[str, list[Record]], types_of) -> list[str]:
+  """Sorted union of `types_of(record)` over the splits; warns about types train lacks."""
+  seen = {split: {t for r in recs for t in types_of(r)} for split, recs in splits.items()}
   types = sorted(set().union(*seen.values()))
   missing = [t for t in types if t not in seen["train"]]
   if missing:
     where = {t: [s for s in ("dev", "test") if t in seen[s]] for t in missing}
-    log.warning("Entity types absent from train (never trained, their F1 is 0): %s", where)
+    log.warning("%s types absent from train (never trained, their F1 is 0): %s", kind, where)
   return types
+
+
+def user_types(*, train: list[Record], dev: list[Record], test: list[Record]) -> list[str]:
+  """Sorted union of the entity types of every labelled split; warns about types train lacks."""
+  return _union_types("Entity", {"train": train, "dev": dev, "test": test},
+                      lambda r: (e["type"] for e in r["entities"]))
+
+
+def relation_types(*, train: list[Record], dev: list[Record], test: list[Record]) -> list[str]:
+  """Sorted union of the relation types of every labelled split (records' "relations"; unlabelled splits have
+  none), as `user_types` is for entity types; warns about types train lacks."""
+  return _union_types("Relation", {"train": train, "dev": dev, "test": test},
+                      lambda r: (x["type"] for x in r.get("relations", ())))
 
 
 def load_records(data_cfg, *, seed: int = 0):

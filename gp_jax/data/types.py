@@ -3,6 +3,9 @@
 Record (every corpus and user file becomes this):
   {"id": str, "text": str, "entities": [{"start": int, "end": int, "type": str}]}
   character offsets into ``text``, ``end`` exclusive; nested/overlapping allowed.
+  Optional "relations": [{"head": i, "tail": j, "type": str}], i and j indexing ``entities`` (SpERT-style):
+  head is the subject, tail the object. In such a record entity types may be "" (untyped) or roles;
+  the CasRel reader (relations.py) types them "subject" / "object".
 
 Batch (what `gp_jax.data.batching` yields; numpy arrays, B rows of this process, L = bucket length):
   features         dict name -> int32 [B, L], one per ``Tokenizer.feature_names`` (input_ids, ...)
@@ -18,7 +21,7 @@ Batch (what `gp_jax.data.batching` yields; numpy arrays, B rows of this process,
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol, TypedDict, runtime_checkable
+from typing import NotRequired, Protocol, TypedDict, runtime_checkable
 
 import numpy as np
 
@@ -29,10 +32,17 @@ class Entity(TypedDict):
   type: str
 
 
+class Relation(TypedDict):
+  head: int  # index of the subject in the record's entities
+  tail: int  # index of the object
+  type: str
+
+
 class Record(TypedDict):
   id: str
   text: str
   entities: list[Entity]
+  relations: NotRequired[list[Relation]]
 
 
 @dataclasses.dataclass(frozen=True)

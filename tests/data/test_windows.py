@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gp_jax.data import batching, merge, windows
+from gp_jax.data import batching, merge, sources, windows
 from gp_jax.data.types import Tokenizer
 from tests.data.fakes import TYPES, CharTok, EchoTok, window_positions, window_token_features, WordTok, ZeroWidthTok, random_records, ref_windows
 from tests.data.reference_align import char_to_token_spans
@@ -204,3 +205,36 @@ def test_stats_are_logged(caplog):
   with caplog.at_level(logging.INFO):
     windows.prepare_split(random_records(1, n=3), CharTok(), types=TYPES, max_len=16, name="devsplit")
   assert any("devsplit" in r.getMessage() and "misaligned" in r.getMessage() for r in caplog.records)
+
+
+def test_relations_leave_the_entity_arrays_byte_identical():
+  """prepare_split with relation types reads the records' relations and changes nothing else: every entity array,
+  the window features and the entity statistics (and their log line) are the same bytes as without."""
+  records = sources.synthetic_records(400, seed=0)
+  rng = np.random.default_rng(0)
+  with_rel = [dict(r, relations=[{"head": int(i), "tail": int(rng.integers(len(r["entities"]))),
+                                  "type": str(rng.choice(["near", "in"]))} for i in range(len(r["entities"]))])
+              for r in records]
+  tok = CharTok()
+  for kw in (dict(max_len=12, stride=4, max_span_width=6), dict(max_len=12, truncate=True)):
+    plain = windows.prepare_split(records, tok, types=sources.SYNTHETIC_TYPES, **kw)
+    ignored = windows.prepare_split(with_rel, tok, types=sources.SYNTHETIC_TYPES, **kw)
+    rel = windows.prepare_split(with_rel, tok, types=sources.SYNTHETIC_TYPES, relation_types=("in", "near"), **kw)
+    assert rel.stats.relations == sum(len(r["entities"]) for r in records) > rel.stats.relation_targets > 0
+    assert plain.relations is None and ignored.relations is None
+    for other in (ignored, rel):
+      for f in dataclasses.fields(plain):
+        a, b = getattr(plain, f.name), getattr(other, f.name)
+        if f.name == "relations":
+          continue
+        if f.name == "stats":
+          assert repr(a) == repr(b)  # the entity log line
+          entity_part = lambda st: {k: v for k, v in dataclasses.asdict(st).items()  # noqa: E731
+                                    if not k.startswith(("relation", "max_relations"))}
+          assert entity_part(a) == entity_part(b) and len(entity_part(a)) == 13
+        elif isinstance(a, np.ndarray):
+          assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f.name
+        elif f.name == "window_features":
+          assert all(a[k].dtype == b[k].dtype and a[k].tobytes() == b[k].tobytes() for k in a) and a.keys() == b.keys()
+        else:
+          assert a == b, f.name

@@ -13,4 +13,5 @@ BUILDERS = {
     "people_daily": ("gp_jax.data.builders.people_daily", "GpPeopleDaily"),
     "cmeee": ("gp_jax.data.builders.cmeee", "GpCmeee"),
     "cmeee_v2": ("gp_jax.data.builders.cmeee", "GpCmeeeV2"),
+    "webnlg_star": ("gp_jax.data.builders.webnlg_star", "GpWebnlgStar"),
 }
