@@ -163,52 +163,61 @@ def iter_cblue(path: str | os.PathLike, *, strict: bool = True, allow_unlabelled
                                chunk_chars=chunk_chars)
 
 
-def iter_cblue_file(f, *, source: str, strict: bool = True, allow_unlabelled: bool = True,
-                    report: ReadReport | None = None, chunk_chars: int = CHUNK_CHARS) -> Iterator[tuple[int, dict]]:
-  """`iter_cblue` over an open file, binary or text (`source` names it in errors), e.g. standard input or a gs://
-  object."""
-  where = source
+def iter_json_array(f, *, source: str, expected: str,
+                    chunk_chars: int = CHUNK_CHARS) -> Iterator[tuple[int, int, Any]]:
+  """(index, line where it starts, value) of each element of a JSON array, streamed in chunks
+  (strict UTF-8, a bad byte at its true line and column). Malformed JSON raises DataError (file, line, `expected`)."""
   decoder = json.JSONDecoder()
-  s = _Stream(f, where, chunk_chars)
+  s = _Stream(f, source, chunk_chars)
   if s.peek() != "[":
     found = f"starts with {s.buf[s.pos:s.pos + 20]!r}" if s.peek() else "is empty"
-    raise DataError(where, s.line_at(s.pos) if s.peek() else None, found + ": expected a JSON array of records "
-                    "[{\"text\", \"entities\"}, ...]", reason="bad_json")
+    raise DataError(source, s.line_at(s.pos) if s.peek() else None, f"{found}: expected {expected}",
+                    reason="bad_json")
   s.pos += 1
   index = 0
   while True:
     c = s.peek()
-    if c == "]" and index == 0:
+    if c == "]":
       s.pos += 1
       break
     if index:
-      if c == "]":
-        s.pos += 1
-        break
       if c != ",":
-        raise DataError(where, s.line_at(s.pos), f"after record {index - 1}: got {c or 'end of file'!r}: "
+        raise DataError(source, s.line_at(s.pos), f"after record {index - 1}: got {c or 'end of file'!r}: "
                         "expected ',' or ']'", reason="bad_json")
       s.pos += 1
       s.peek()
     line = s.line_at(s.pos)
-    while True:  # decode the record, reading more while it is incomplete
+    while True:  # decode the element, reading more while it is incomplete
       try:
         obj, end = decoder.raw_decode(s.buf, s.pos)
       except json.JSONDecodeError as e:
         if s.eof:
           at = line + s.buf.count("\n", s.pos, e.pos)
-          raise DataError(where, at, f"record {index}: malformed JSON ({e.msg})"
+          raise DataError(source, at, f"record {index}: malformed JSON ({e.msg})"
                           + ("" if at == line else f" in the record that starts on line {line}")
-                          + ": expected a JSON array of records [{\"text\", \"entities\"}, ...] (python -m json.tool "
-                          "FILE shows where it breaks)", reason="bad_json") from None
+                          + f": expected {expected} (python -m json.tool FILE shows where it breaks)",
+                          reason="bad_json") from None
         s.more()
         continue
       if end < len(s.buf) or s.eof:  # a value ending at the buffer's end may go on (a number)
         break
       s.more()
     s.pos = end
+    yield index, line, obj
+    index += 1
+  if s.peek():
+    raise DataError(source, s.line_at(s.pos), f"text after the closing ']': {s.buf[s.pos:s.pos + 20]!r}",
+                    reason="bad_json")
+
+
+def iter_cblue_file(f, *, source: str, strict: bool = True, allow_unlabelled: bool = True,
+                    report: ReadReport | None = None, chunk_chars: int = CHUNK_CHARS) -> Iterator[tuple[int, dict]]:
+  """`iter_cblue` over an open file, binary or text (`source` names it in errors), e.g. standard input or a gs://
+  object."""
+  expected = 'a JSON array of records [{"text", "entities"}, ...]'
+  for index, line, obj in iter_json_array(f, source=source, expected=expected, chunk_chars=chunk_chars):
     try:
-      check_record(obj, where=where, line=line, index=index, allow_unlabelled=allow_unlabelled)
+      check_record(obj, where=source, line=line, index=index, allow_unlabelled=allow_unlabelled)
     except DataError as e:
       if strict:
         raise
@@ -216,10 +225,6 @@ def iter_cblue_file(f, *, source: str, strict: bool = True, allow_unlabelled: bo
         report.skip(e)
     else:
       yield index, obj
-    index += 1
-  if s.peek():
-    raise DataError(where, s.line_at(s.pos), f"text after the closing ']': {s.buf[s.pos:s.pos + 20]!r}",
-                    reason="bad_json")
 
 
 def from_cmeee(obj: Mapping, *, id: str) -> Record:  # pylint: disable=redefined-builtin

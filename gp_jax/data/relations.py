@@ -16,9 +16,7 @@ relations keep the order of their first triple; a repeated triple is merged (rep
 from __future__ import annotations
 
 import collections
-import json
 import os
-from collections.abc import Iterator
 from typing import Any
 
 from gp_jax.data import cblue
@@ -54,53 +52,6 @@ def find_words(text: str, s: str) -> list[int]:
 
 
 # --- a JSON array with true lines -------------------------------------------------------------------------------
-
-
-def iter_json_array(f, *, source: str, expected: str,
-                    chunk_chars: int = cblue.CHUNK_CHARS) -> Iterator[tuple[int, int, Any]]:
-  """(index, line where it starts, value) of each element of a JSON array, streamed by cblue's chunked reader
-  (strict UTF-8, a bad byte at its true line and column). Malformed JSON raises DataError (file, line, `expected`)."""
-  decoder = json.JSONDecoder()
-  s = cblue._Stream(f, source, chunk_chars)  # pylint: disable=protected-access
-  if s.peek() != "[":
-    found = f"starts with {s.buf[s.pos:s.pos + 20]!r}" if s.peek() else "is empty"
-    raise DataError(source, s.line_at(s.pos) if s.peek() else None, f"{found}: expected {expected}",
-                    reason="bad_json")
-  s.pos += 1
-  index = 0
-  while True:
-    c = s.peek()
-    if c == "]":
-      s.pos += 1
-      break
-    if index:
-      if c != ",":
-        raise DataError(source, s.line_at(s.pos), f"after record {index - 1}: got {c or 'end of file'!r}: "
-                        "expected ',' or ']'", reason="bad_json")
-      s.pos += 1
-      s.peek()
-    line = s.line_at(s.pos)
-    while True:  # decode the element, reading more while it is incomplete
-      try:
-        obj, end = decoder.raw_decode(s.buf, s.pos)
-      except json.JSONDecodeError as e:
-        if s.eof:
-          at = line + s.buf.count("\n", s.pos, e.pos)
-          raise DataError(source, at, f"record {index}: malformed JSON ({e.msg})"
-                          + ("" if at == line else f" in the record that starts on line {line}")
-                          + f": expected {expected} (python -m json.tool FILE shows where it breaks)",
-                          reason="bad_json") from None
-        s.more()
-        continue
-      if end < len(s.buf) or s.eof:  # a value ending at the buffer's end may go on (a number)
-        break
-      s.more()
-    s.pos = end
-    yield index, line, obj
-    index += 1
-  if s.peek():
-    raise DataError(source, s.line_at(s.pos), f"text after the closing ']': {s.buf[s.pos:s.pos + 20]!r}",
-                    reason="bad_json")
 
 
 # --- CasRel records ---------------------------------------------------------------------------------------------
@@ -221,7 +172,7 @@ def read_casrel(path: PathOrFile, *, strict: bool = True, allow_unlabelled: bool
   report = ReadReport(where)
   records: list[Record] = []
   try:
-    for index, line, obj in iter_json_array(f, source=where, expected=CASREL_EXPECTED, chunk_chars=chunk_chars):
+    for index, line, obj in cblue.iter_json_array(f, source=where, expected=CASREL_EXPECTED, chunk_chars=chunk_chars):
       try:
         records.append(casrel_record(obj, id=f"{prefix}-{index}", where=where, line=line, index=index,
                                      allow_unlabelled=allow_unlabelled, alignments=report.alignments,
