@@ -29,7 +29,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.seed = a.seed  # seeds init, dropout and data order
 
   c.data = ml_collections.ConfigDict()
-  c.data.name = a.dataset  # corpus (msra|cluener2020|conll2003|germeval2014|people_daily|cmeee|cmeee_v2), user files 'jsonl', 'conll' or 'cblue' (CMeEE JSON array), or 'synthetic' / 'synthetic_distance' (generated)
+  c.data.name = a.dataset  # corpus (msra|cluener2020|conll2003|germeval2014|people_daily|cmeee|cmeee_v2|webnlg_star), user files 'jsonl', 'conll', 'cblue' (CMeEE JSON array) or 'casrel' (triples), or 'synthetic' / 'synthetic_distance' (generated)
   c.data.train_file = ""  # jsonl/conll/cblue: training file
   c.data.dev_file = ""  # jsonl/conll/cblue: dev file ("" = carve dev_fraction out of train)
   c.data.test_file = ""  # jsonl/conll/cblue: test file ("" = no test evaluation)
