@@ -16,8 +16,7 @@ from gp_jax.sharding import BATCH_AXES
 from gp_jax.models.layers import linear
 
 
-def _mask_logits(logits_BHLL, mask_BL, max_span_width):
-  mask_B1LL = ops.span_mask(mask_BL, max_span_width=max_span_width)
+def _mask_logits(logits_BHLL, mask_B1LL):
   return jnp.where(mask_B1LL, logits_BHLL, ops.masked_fill_value(logits_BHLL.dtype))
 
 
@@ -45,7 +44,7 @@ def _batch_sharded(loss, inputs):
 class _SpanHead(nnx.Module):
   """Settings and methods shared by both heads; each head defines `project` (q, k, optional biases)."""
 
-  def _setup(self, num_types, head_size, use_rope, max_span_width, rope_base):
+  def _setup(self, num_types, head_size, use_rope, max_span_width, rope_base, triangular):
     if head_size % 2:
       raise ValueError(f"head_size must be even for RoPE, got {head_size}")
     self.num_types = num_types
@@ -53,6 +52,16 @@ class _SpanHead(nnx.Module):
     self.use_rope = use_rope
     self.max_span_width = max_span_width
     self.rope_base = rope_base
+    self.triangular = triangular  # False: every (i, j) cell of valid tokens (GPLinker's head and tail pointers)
+
+  def cell_mask(self, attention_mask_BL):
+    """bool `[B, 1, L, L]`: the cells this head scores (`ops.span_mask` with its width and triangle)."""
+    return ops.span_mask(attention_mask_BL, max_span_width=self.max_span_width, triangular=self.triangular)
+
+  def _check_blockwise(self, block_size):
+    if block_size is not None and not self.triangular:
+      raise ValueError("the blockwise plan covers the upper triangle only: a head with triangular=False takes the "
+                       "dense path (block_size=None)")
 
   def _rope(self, x, positions):
     return ops.apply_rope(x, positions=positions, base=self.rope_base) if self.use_rope else x
@@ -68,26 +77,31 @@ class _SpanHead(nnx.Module):
       logits_BHLL = logits_BHLL + start_bias_BHL[..., :, None]
     if end_bias_BHL is not None:
       logits_BHLL = logits_BHLL + end_bias_BHL[..., None, :]
-    return _mask_logits(logits_BHLL, attention_mask_BL, self.max_span_width)
+    return _mask_logits(logits_BHLL, self.cell_mask(attention_mask_BL))
 
   def span_loss(self, hidden_BLD, attention_mask_BL, *, span_ids, positions=None, block_size=None,
-                implementation="auto"):
+                implementation="auto", reduction="mean"):
     """Sparse ZLPR loss (mean over B*H); `span_ids` int `[B, H, K]` flat `i * L + j`, -1 padded.
 
     `block_size=None`: dense `[B, H, L, L]` logits. An int: `ops.blockwise_zlpr_loss` (banded when
     `max_span_width` is set), same value without the score tensor, computed by `implementation`; the Pallas
     kernel runs under `jax.shard_map` over the batch axes of the context mesh (`jax.set_mesh`) when there is one.
+    `reduction="sum_heads"`: summed over the H types, averaged over the batch (GPLinker).
     """
+    self._check_blockwise(block_size)
     if block_size is None:
-      mask_B1LL = ops.span_mask(attention_mask_BL, max_span_width=self.max_span_width)
+      mask_B1LL = self.cell_mask(attention_mask_BL)
       logits_BHLL = self(hidden_BLD, attention_mask_BL, positions=positions)
-      return ops.sparse_zlpr_loss(logits_BHLL, span_ids=span_ids, mask=mask_B1LL)
+      return ops.sparse_zlpr_loss(logits_BHLL, span_ids=span_ids, mask=mask_B1LL, reduction=reduction)
+    if reduction not in ("mean", "sum_heads"):
+      raise ValueError(f"reduction must be 'mean' or 'sum_heads', got {reduction!r}")
     q_BLHD, k_BLHD, start_bias_BHL, end_bias_BHL = self.project(hidden_BLD, positions=positions)
     loss = functools.partial(ops.blockwise_zlpr_loss, max_span_width=self.max_span_width, block_size=block_size,
                              implementation=implementation)
     inputs = dict(q_BLHD=q_BLHD, k_BLHD=k_BLHD, span_ids=span_ids, attention_mask=attention_mask_BL,
                   start_bias_BHL=start_bias_BHL, end_bias_BHL=end_bias_BHL)
-    return _batch_sharded(loss, inputs) if implementation == "pallas" else loss(**inputs)
+    mean = _batch_sharded(loss, inputs) if implementation == "pallas" else loss(**inputs)
+    return mean * self.num_types if reduction == "sum_heads" else mean
 
   def decode_hits(
       self, hidden_BLD, attention_mask_BL, *, positions=None, size: int, block_size=None, threshold=0.0,
@@ -97,9 +111,10 @@ class _SpanHead(nnx.Module):
 
     `block_size=None`: from dense logits; an int: `ops.blockwise_decode_hits`. `count` may exceed `size`.
     """
+    self._check_blockwise(block_size)
     if block_size is None:
       logits_BHLL = self(hidden_BLD, attention_mask_BL, positions=positions)
-      hit = (logits_BHLL > threshold) & ops.span_mask(attention_mask_BL, max_span_width=self.max_span_width)
+      hit = (logits_BHLL > threshold) & self.cell_mask(attention_mask_BL)
       if hit_sharding is not None:
         hit = jax.lax.with_sharding_constraint(hit, hit_sharding)
       return ops.gather_hits(hit, logits_BHLL, size=size)
@@ -128,11 +143,12 @@ class GlobalPointer(_SpanHead):
       use_rope: bool = True,
       max_span_width: int | None = None,
       rope_base: float = 10000.0,
+      triangular: bool = True,
       dtype=jnp.float32,
       param_dtype=jnp.float32,
       rngs: nnx.Rngs,
   ):
-    self._setup(num_types, head_size, use_rope, max_span_width, rope_base)
+    self._setup(num_types, head_size, use_rope, max_span_width, rope_base, triangular)
     self.dense = linear(hidden_size, num_types * 2 * head_size, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
   def project(self, hidden_BLD, *, positions=None):
@@ -159,11 +175,12 @@ class EfficientGlobalPointer(_SpanHead):
       use_rope: bool = True,
       max_span_width: int | None = None,
       rope_base: float = 10000.0,
+      triangular: bool = True,
       dtype=jnp.float32,
       param_dtype=jnp.float32,
       rngs: nnx.Rngs,
   ):
-    self._setup(num_types, head_size, use_rope, max_span_width, rope_base)
+    self._setup(num_types, head_size, use_rope, max_span_width, rope_base, triangular)
     self.dense = linear(hidden_size, 2 * head_size, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.bias_dense = linear(2 * head_size, 2 * num_types, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 

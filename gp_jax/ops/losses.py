@@ -43,7 +43,7 @@ def zlpr_loss(logits, *, labels, mask):
   return jnp.mean(neg_term + pos_term)
 
 
-def sparse_zlpr_loss(logits, *, span_ids, mask):
+def sparse_zlpr_loss(logits, *, span_ids, mask, reduction: str = "mean"):
   """ZLPR loss with positives as flat indices; no dense label tensor.
 
   Args:
@@ -51,13 +51,17 @@ def sparse_zlpr_loss(logits, *, span_ids, mask):
     span_ids: int `[B, H, K]`, flat cell indices `i * L + j`, padded with -1. Positives outside
       `mask` are ignored.
     mask: bool, broadcastable to logits.
+    reduction: "mean" over B*H (the span heads), or "sum_heads": summed over heads, averaged over the batch
+      (GPLinker, as Su: an H-way mean would weight a pointer with many relation types down by H).
 
   Returns:
-    Same value as `zlpr_loss` on the equivalent dense labels. The negative term drops the positives
+    Same value as `zlpr_loss` on the equivalent dense labels (reduction "mean"). The negative term drops the positives
     from the valid cells (a scatter of K ids per row), not as
     log(sum_all) + log(1 - e^{lse_pos - lse_all}): that form cancels catastrophically, going negative
     or NaN, once a positive's score dominates.
   """
+  if reduction not in ("mean", "sum_heads"):
+    raise ValueError(f"reduction must be 'mean' or 'sum_heads', got {reduction!r}")
   B, H, L, _ = logits.shape
   s = logits.reshape(B, H, L * L)
   valid = jnp.broadcast_to(jnp.asarray(mask, bool), logits.shape).reshape(B, H, L * L)
@@ -73,6 +77,8 @@ def sparse_zlpr_loss(logits, *, span_ids, mask):
   idx_or_oob = jnp.where(has_id, span_ids, L * L)
   neg_valid = valid.at[b, h, idx_or_oob].set(False, mode="drop")
   neg_term = _log1p_sum_exp(s, neg_valid)
+  if reduction == "sum_heads":
+    return jnp.mean(jnp.sum(neg_term + pos_term, axis=1))
   return jnp.mean(neg_term + pos_term)
 
 

@@ -17,15 +17,24 @@ def span_scores(q, k):
   return s_BHLL / math.sqrt(d)
 
 
-def span_mask(attention_mask, *, max_span_width: int | None = None):
-  """`[B, L]` {0,1} -> bool `[B, 1, L, L]`: i <= j, both tokens valid, and j - i < max_span_width."""
+def span_mask(attention_mask, *, max_span_width: int | None = None, triangular: bool = True):
+  """`[B, L]` {0,1} -> bool `[B, 1, L, L]`: i <= j, both tokens valid, and j - i < max_span_width.
+
+  `triangular=False` (GPLinker's head and tail pointers, where an object may precede its subject): every cell whose
+  row and column tokens are valid, and |j - i| < max_span_width.
+  """
   valid_BL = jnp.asarray(attention_mask).astype(bool)
+  if not triangular and max_span_width is None:
+    return (valid_BL[:, :, None] & valid_BL[:, None, :])[:, None]
   length = valid_BL.shape[-1]
   i = lax.broadcasted_iota(jnp.int32, (length, length), 0)  # also for a symbolic length (jax.export)
   j = lax.broadcasted_iota(jnp.int32, (length, length), 1)
-  allowed_LL = j >= i
-  if max_span_width is not None:
-    allowed_LL &= (j - i) < max_span_width
+  if triangular:
+    allowed_LL = j >= i
+    if max_span_width is not None:
+      allowed_LL &= (j - i) < max_span_width
+  else:
+    allowed_LL = jnp.abs(j - i) < max_span_width
   mask_BLL = valid_BL[:, :, None] & valid_BL[:, None, :] & allowed_LL
   return mask_BLL[:, None]
 
