@@ -125,7 +125,7 @@ class Chooser:
     return all(sweep.run_status(r.workdir)[0] == sweep.FINISHED for r in self.runs)
 
 
-def _broadcast(values: list[int], multi: bool) -> list[int]:
+def broadcast(values: list[int], multi: bool) -> list[int]:
   if not multi:
     return values
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
@@ -133,7 +133,7 @@ def _broadcast(values: list[int], multi: bool) -> list[int]:
   return [int(v) for v in multihost_utils.broadcast_one_to_all(np.asarray(values, np.int64))]
 
 
-def _runner(spec: str):
+def runner(spec: str):
   module, _, fn = spec.partition(":")
   return getattr(importlib.import_module(module), fn)
 
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
     runs = [r for r in runs if re.search(args.only, r.name)]
   name = args.name or "worker"
   chooser = Chooser(runs, args.workdir, name) if is_main else None
-  runner = _runner(args.runner)
+  run_point = runner(args.runner)
   poll = args.poll_s if args.poll_s is not None else lease_lib.heartbeat_s()
   _print(f"{name}: {len(runs)} points under {args.workdir}")
   while True:
@@ -203,10 +203,10 @@ def main(argv=None) -> int:
       values = [choice, step, ok]
     else:
       values = [0, 0, 0]
-    choice, step, ok = _broadcast(values, multi)
+    choice, step, ok = broadcast(values, multi)
     if choice == NONE_LEFT:
       done = chooser.all_finished() if is_main else True
-      done = bool(_broadcast([int(done)], multi)[0])
+      done = bool(broadcast([int(done)], multi)[0])
       _print(f"{name}: nothing left ({'every point finished' if done else 'some points are not finished'})")
       return EXIT_DONE if done else EXIT_INCOMPLETE
     if choice == WAIT:
@@ -226,7 +226,7 @@ def main(argv=None) -> int:
     if multi and config is not None and "multihost" in config:
       config.multihost = True
     try:
-      summary = runner(config, run.workdir) or {}
+      summary = run_point(config, run.workdir) or {}
     except Exception as e:  # pylint: disable=broad-except
       _print(f"{name}: {run.name}: failed: {type(e).__name__}: {e}")
       if multi:

@@ -44,7 +44,7 @@ def test_pyproject_installs_every_package_folder_under_its_name():
 
 def test_console_scripts_name_each_cli_main():
   scripts = _pyproject()["project"]["scripts"]
-  assert {"gp-jax-compile", "gp-jax-local", "gp-jax-report", "gp-jax-tpu", "gp-jax-worker"} <= set(scripts)
+  assert {"gp-jax-compile", "gp-jax-local", "gp-jax-report", "gp-jax-slurm", "gp-jax-tpu", "gp-jax-worker"} <= set(scripts)
   for script, target in scripts.items():
     module, _, fn = target.partition(":")
     assert module.startswith("gp_jax_launch.") and fn == "main", target
