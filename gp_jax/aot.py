@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from gp_jax import factory, optim
+from gp_jax import factory, optim, tasks
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax import steps as steps_lib
@@ -49,11 +49,13 @@ THREADS_ENV = "GP_JAX_COMPILE_THREADS"
 
 
 def batch_structure(feature_names: Sequence[str], *, num_types: int, batch: int, length: int,
-                    tagger: bool = False) -> dict[str, jax.ShapeDtypeStruct]:
+                    tagger: bool = False, targets: dict[str, tuple] | None = None) -> dict[str, jax.ShapeDtypeStruct]:
   """The model batch (`evaluate.model_batch` of `data.batching`'s format) of `batch` global rows at bucket `length`, as
-  shapes."""
+  shapes. `targets`: the task's target shapes (`target_shapes` of a `gp_jax.tasks` object); None: span_ids."""
   B, L = batch, length
-  out = {"attention_mask": (B, L), "span_mask": (B, L), "positions": (B, L), "span_ids": (B, num_types, L),
+  if targets is None:
+    targets = {"span_ids": (B, num_types, L)}
+  out = {"attention_mask": (B, L), "span_mask": (B, L), "positions": (B, L), **targets,
          "window_index": (B,), **{name: (B, L) for name in feature_names}}
   if tagger:
     out["tags"] = (B, L)
@@ -70,8 +72,10 @@ def run_structure(setup, *, batch: int, length: int, train: bool) -> dict:
   """`batch_structure` of a setup's model and tokenizer, sharded over its mesh; tagger heads train on `tags` (eval
   batches carry none)."""
   tagger = train and setup.spec.tag_scheme is not None
+  targets = tasks.of(setup.spec).target_shapes(num_types=len(setup.types), num_relations=len(setup.relation_types),
+                                                batch=batch, length=length)
   return sharded(batch_structure(setup.tokenizer.feature_names, num_types=len(setup.types), batch=batch,
-                                 length=length, tagger=tagger), setup.mesh)
+                                 length=length, tagger=tagger, targets=targets), setup.mesh)
 
 
 # ----------------------------------------------------------------------------- programs
@@ -86,7 +90,7 @@ class Program:
   batch: int
   fn: Any  # the jitted function
   args: tuple  # abstract arguments
-  hits: int = 0  # eval: the hit buffer
+  hits: Any = 0  # eval: the hit buffer (relations: one per buffer)
   steps: int = 1  # train: optimizer steps per call (a stack of `steps` batches when > 1)
   options: dict = dataclasses.field(default_factory=dict)  # XLA options for this program (`compiler_options`)
   choices: dict = dataclasses.field(default_factory=dict)  # the kernels it resolves to, and why (`resolve`)
@@ -127,8 +131,9 @@ def train_program(step_fn, setup, tx, *, batch: int, length: int, steps: int = 1
   return Program("train", length, batch, step_fn, (state_lib.abstract_state(setup, tx), structure), steps=steps)
 
 
-def eval_program(eval_fn, setup, *, batch: int, length: int, hits: int) -> Program:
-  """The eval step (`steps.make_eval_step` at a hit buffer of `hits`) at one bucket."""
+def eval_program(eval_fn, setup, *, batch: int, length: int, hits) -> Program:
+  """The eval step (`steps.make_eval_step` at a hit buffer of `hits`, the task's: an int or one per buffer) at one
+  bucket."""
   args = (state_lib.abstract_params(setup), run_structure(setup, batch=batch, length=length, train=False),
           jax.ShapeDtypeStruct((), jnp.float32))
   return Program("eval", length, batch, eval_fn, args, hits=hits)
@@ -199,7 +204,7 @@ def resolve(program: Program, setup, platform: str) -> Program:
                      "dropout_bits": policy.dropout_bits if is_bert else "none (nnx.Dropout)",
                      "bert_kernels": bert_kernels(spec, platform) if is_bert else "none",
                      "optimizer_update": optim.resolve_update(spec.optimizer, platform),
-                     "xla_options": dict(program.options)}
+                     **tasks.of(spec).resolved_choices(), "xla_options": dict(program.options)}
   return program
 
 
@@ -333,7 +338,8 @@ def eval_lengths(prepared_splits: Iterable, *, batch_size: int, buckets) -> list
 # ----------------------------------------------------------------------------- other targets
 
 
-def target_setup(config, tokenizer, types, mesh, platform: str, *, encoder_config=None, attention: str | None = None):
+def target_setup(config, tokenizer, types, mesh, platform: str, *, encoder_config=None, attention: str | None = None,
+                 relation_types=()):
   """A `state.Setup` of the model built for `platform`, parameters abstract (nothing allocated but RNG state)."""
   config = config.copy_and_resolve_references()
   if attention:
@@ -341,13 +347,13 @@ def target_setup(config, tokenizer, types, mesh, platform: str, *, encoder_confi
 
   def build():
     return factory.build_model(config, tokenizer, len(types), load_weights=False, encoder_config=encoder_config,
-                               platform=platform)
+                               platform=platform, num_relations=len(relation_types))
 
   graphdef, abs_params, _ = nnx.split(nnx.eval_shape(build), nnx.Param, ...)
   abs_params = nnx.to_pure_dict(abs_params)
   rest = jax.jit(lambda: nnx.split(build(), nnx.Param, ...)[2])()  # RNG streams only (XLA drops the init)
   return state_lib.Setup(factory.run_spec(config, platform), list(types), tokenizer, mesh, graphdef, rest, abs_params,
-                         shd.tree_shardings(mesh, abs_params), encoder_config)
+                         shd.tree_shardings(mesh, abs_params), encoder_config, tuple(relation_types))
 
 
 def lower_or_xla_attention(lower_fn, make_setup, setup=None):

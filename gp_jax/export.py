@@ -163,6 +163,9 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
   if fmt not in MODEL_FILES:
     raise ExportError(f"--format must be one of {sorted(MODEL_FILES)}, got {fmt!r}")
   spec, tokenizer, types = setup.spec, setup.tokenizer, setup.types
+  if spec.task != "entities":
+    raise ExportError(f"export writes entity models only; this workdir was trained with task={spec.task}: predict "
+                      "from the workdir itself (python -m gp_jax.predict --workdir=...)")
   head = spec.head
   is_tagger = head in TAGGERS
   if fmt == "onnx" and is_tagger:

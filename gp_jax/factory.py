@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from gp_jax import runtime
+from gp_jax import runtime, tasks
 from gp_jax.adversarial import Adversarial
-from gp_jax.data import batching, windows
+from gp_jax.data import batching
 from gp_jax.data.char_tokenizer import CharTokenizer
 from gp_jax.data.sources import load_records
 from gp_jax.data.tokenize import HFTokenizer
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 DTYPE_CHOICES = ("auto",) + tuple(DTYPES)
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+CASREL_FORMATS = ("casrel", "webnlg_star")  # data.name values whose triples are strings (the string form selects)
 
 
 def target_platform(platform: str | None = None) -> str:
@@ -160,10 +161,11 @@ def loss_implementation(config, platform: str) -> str:
 
 
 def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weights: bool = True,
-                encoder_config: dict | None = None, platform: str | None = None) -> NerModel:
-  """Builds the NER model for the target `platform` (default: this machine's backend; see `precision`). With
-  `load_weights=False` a bert encoder is built from `encoder_config` (the HF config.json dict; default: read from
-  `model.pretrained`) without reading weights."""
+                encoder_config: dict | None = None, platform: str | None = None, num_relations: int = 0) -> NerModel:
+  """Builds the model of `config.task` for the target `platform` (default: this machine's backend; see `precision`):
+  the encoder here, the head by the task object. With `load_weights=False` a bert encoder is built from
+  `encoder_config` (the HF config.json dict; default: read from `model.pretrained`) without reading weights.
+  `num_relations`: relation types (task=relations)."""
   policy = precision(config, platform)
   dtype = DTYPES[policy.dtype]
   rngs = nnx.Rngs(params=seed, dropout=seed + 1)
@@ -182,15 +184,38 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
       encoder = bert.Bert(bcfg, dtype=dtype, rngs=rngs)
   else:
     raise ValueError(f"model.encoder must be 'scratch' or 'bert', got {m.encoder!r}")
-  if m.head in TAGGERS:
-    head = TAGGERS[m.head](encoder.hidden_size, num_types, scheme=m.tag_scheme, dtype=dtype, rngs=rngs)
-  elif m.head in HEADS:
-    head = HEADS[m.head](encoder.hidden_size, num_types, head_size=m.head_size, use_rope=m.use_rope,
-                         max_span_width=config.data.max_span_width or None, dtype=dtype, rngs=rngs)
-  else:
-    raise ValueError(f"model.head must be one of {sorted(HEADS) + sorted(TAGGERS)}, got {m.head!r}")
-  return NerModel(encoder, head, tokenizer.feature_names,
-                  loss_implementation=loss_implementation(config, policy.platform))
+  return task_of(config).build_model(
+      encoder, head=m.head, num_types=num_types, num_relations=num_relations, feature_names=tokenizer.feature_names,
+      tag_scheme=m.tag_scheme, loss_implementation=loss_implementation(config, policy.platform),
+      head_size=m.head_size, use_rope=m.use_rope, pointer_rope=bool(m.get("pointer_rope", False)),
+      max_span_width=config.data.max_span_width or None, dtype=dtype, rngs=rngs)
+
+
+def task_name(config) -> str:
+  """`config.task` (an older workdir's config.json has none: entities); checked with the head and loss it needs."""
+  name = str(config.get("task", "entities"))
+  if name not in tasks.NAMES:
+    raise UserError(f"task={name!r}: expected one of {tasks.NAMES}")
+  if name == "relations":
+    if config.model.head not in HEADS:
+      raise UserError(f"task=relations: model.head={config.model.head!r} is a tagger; the GPLinker pointers are "
+                      f"span heads: set model.head to one of {sorted(HEADS)}")
+    if config.loss.kind != "sparse_zlpr":
+      raise UserError(f"task=relations: loss.kind={config.loss.kind!r}; the relation pointers train with "
+                      "sparse_zlpr (flat gold ids): set loss.kind=sparse_zlpr")
+  return name
+
+
+def triple_match(config) -> str:
+  """The triple form whose F1 selects checkpoints: the string form on CasRel-format corpora (as their published
+  tables compare), else boundaries (subject span, relation, object span)."""
+  return "string" if config.data.name in CASREL_FORMATS else "boundaries"
+
+
+def task_of(config):
+  """The task object of `config` (`gp_jax.tasks`)."""
+  name = task_name(config)
+  return tasks.get(name, **({"match": triple_match(config)} if name == "relations" else {}))
 
 
 def tag_scheme(config) -> str | None:
@@ -206,11 +231,12 @@ def split_options(config) -> dict:
               max_span_width=int(d.get("max_span_width", 0)) or None)
 
 
-def prepare_split(config, records, tokenizer, types, *, name: str):
-  """`data.truncate` applies to the train split only: dev and test are always read whole, in sliding windows."""
+def prepare_split(config, records, tokenizer, types, *, name: str, relation_types=None):
+  """`data.truncate` applies to the train split only: dev and test are always read whole, in sliding windows.
+  `relation_types` (task=relations): the relations read too (`windows.prepare_split`)."""
   truncate = bool(config.data.get("truncate", False)) and name == "train"
-  return windows.prepare_split(records, tokenizer, types=types, name=name, truncate=truncate,
-                               **split_options(config))
+  return task_of(config).prepare(records, tokenizer, types, relation_types, name=name, truncate=truncate,
+                                 **split_options(config))
 
 
 def prepare_data(config, tokenizer=None):
@@ -219,11 +245,16 @@ def prepare_data(config, tokenizer=None):
   train_recs, dev_recs, test_recs, types = load_records(config.data, seed=config.seed)
   if tokenizer is None:
     tokenizer = build_tokenizer(config, [r["text"] for r in train_recs])
-  splits = {"train": prepare_split(config, train_recs, tokenizer, types, name="train")}
+  rel = task_of(config).relation_types(train=train_recs, dev=dev_recs, test=test_recs)  # None: entities
+  if rel is not None and not rel:
+    raise UserError(f"task=relations: data.name={config.data.name!r} holds no relations: expected records with "
+                    '"relations": [{"head", "tail", "type"}] (jsonl), a casrel file, webnlg_star or '
+                    "synthetic_relations")
+  splits = {"train": prepare_split(config, train_recs, tokenizer, types, name="train", relation_types=rel)}
   if dev_recs:
-    splits["dev"] = prepare_split(config, dev_recs, tokenizer, types, name="dev")
+    splits["dev"] = prepare_split(config, dev_recs, tokenizer, types, name="dev", relation_types=rel)
   if test_recs and any(r["entities"] for r in test_recs):
-    splits["test"] = prepare_split(config, test_recs, tokenizer, types, name="test")
+    splits["test"] = prepare_split(config, test_recs, tokenizer, types, name="test", relation_types=rel)
   elif test_recs:
     log.info("Test split has no labels: skipping test evaluation")
   return splits, tokenizer, types
@@ -233,7 +264,8 @@ def train_batches(spec: RunSpec, train) -> batching.BatchIterator:
   """The training iterator over the prepared train split: this process's rows of each global batch."""
   return batching.train_batches(train, batch_size=spec.batch_size, buckets=spec.buckets, bucket_run=spec.bucket_run,
                                 seed=spec.seed, process_index=jax.process_index(),
-                                process_count=jax.process_count(), tag_scheme=spec.tag_scheme)
+                                process_count=jax.process_count(), tag_scheme=spec.tag_scheme,
+                                targets=tasks.of(spec).batch_targets)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,6 +335,9 @@ class RunSpec:
   num_train_steps: int
   num_epochs: float
   init_from: str
+  task: str = "entities"  # config.task: entities | relations (`gp_jax.tasks`)
+  pointer_rope: bool = False  # relations: model.pointer_rope
+  triple_match: str = "boundaries"  # relations: the triple form of the selection F1 (`triple_match`)
 
   @property
   def platform(self) -> str:
@@ -348,4 +383,5 @@ def run_spec(config, platform: str | None = None) -> RunSpec:
       early_stop_patience=float(get("early_stop_patience", 0)), log_every_steps=int(get("log_every_steps", 100)),
       steps_per_execution=int(get("steps_per_execution", 1)), seed=int(get("seed", 0)),
       num_train_steps=int(get("num_train_steps", 0)), num_epochs=float(get("num_epochs", 3.0)),
-      init_from=str(get("init_from", "") or ""))
+      init_from=str(get("init_from", "") or ""), task=task_name(config),
+      pointer_rope=bool(m.get("pointer_rope", False)), triple_match=triple_match(config))

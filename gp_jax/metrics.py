@@ -1,4 +1,4 @@
-"""Corpus-level span precision / recall / F1."""
+"""Corpus-level span (and relation triple) precision / recall / F1."""
 
 from __future__ import annotations
 
@@ -47,4 +47,14 @@ def per_record_counts(pred: Iterable[tuple[int, int, int, Hashable]], gold: Iter
   return out
 
 
-__all__ = ["per_record_counts", "span_prf"]
+def triple_prf(pred: Iterable[tuple[Hashable, Hashable, Hashable, Hashable]],
+               gold: Iterable[tuple[Hashable, Hashable, Hashable, Hashable]]):
+  """Relation triples `(example_id, subject, object, relation)` as sets: `span_prf`'s micro figures and per relation
+  ("per_type"), plus "macro_f1", the mean F1 over the relations with gold triples (0.0 when none has)."""
+  result = span_prf(pred, gold)
+  f1s = [r["f1"] for r in result["per_type"].values() if r["gold"]]
+  result["macro_f1"] = sum(f1s) / len(f1s) if f1s else 0.0
+  return result
+
+
+__all__ = ["per_record_counts", "span_prf", "triple_prf"]

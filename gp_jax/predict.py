@@ -11,8 +11,9 @@ neither flax, orbax nor ml_collections. Paths may be local or gs://.
 Input formats (never guessed): `lines`, one text per line; `jsonl`, one {"id", "text"} object per line
 (the id is echoed as it is); `cblue`, a CBLUE JSON array; all strict UTF-8 (a bad byte is a one-line error
 naming file, line and column). `--split` reads the workdir's corpus split instead. Output `jsonl`: {"id"?,
-"text", "entities": [{"start", "end", "type", "text", "score"}]} with character offsets (end exclusive).
-Texts longer than the model's max length go through sliding windows. Formats are the `READERS` / `WRITERS`
+"text", "entities": [{"start", "end", "type", "text", "score"}]} with character offsets (end exclusive); a
+task=relations workdir adds "relations": [{"head", "tail", "type", "score"}], head and tail indexing "entities"
+(an exported folder is entity-only for now). Texts longer than the model's max length go through sliding windows. Formats are the `READERS` / `WRITERS`
 registries.
 
 A workdir's eval step is compiled per length bucket, only for the buckets the input's batches take: an input
@@ -98,10 +99,11 @@ def read_jsonl(f, *, source: str) -> Iterator[dict]:
 
 
 def write_jsonl(dst, rows: Iterable[tuple[dict, list[dict]]]) -> None:
-  """One {"id"?, "text", "entities"} object per record (id only when the input had one)."""
+  """One {"id"?, "text", "entities"} object per record (id only when the input had one); task=relations adds
+  "relations": [{"head", "tail", "type", "score"}], head and tail indexing "entities"."""
   for record, entities in rows:
     out = {"id": record["id"]} if "id" in record else {}
-    out.update(text=record["text"], entities=entities)
+    out.update(text=record["text"], **(entities if isinstance(entities, dict) else {"entities": entities}))
     dst.write(json.dumps(out, ensure_ascii=False) + "\n")
 
 
@@ -155,17 +157,20 @@ class Predictor(WindowPredictor):
     from gp_jax import state as state_lib
     from gp_jax import workdir as wd
     from gp_jax.steps import HitDecoder
+    from gp_jax.tasks.relations import load_relation_types
     from gp_jax.threshold import tuned_threshold
 
     self.config = wd.load_config(workdir)
     if attention is not None:
       self.config.model.attention = attention
     self.types = wd.load_types(workdir)
+    self.relation_types = load_relation_types(workdir)
     self.tokenizer = wd.load_tokenizer(workdir)
     mesh = shd.make_mesh(-1, 1)
     # Parameters abstract (they are restored next): no random init of the whole model to throw away.
     setup = aot.target_setup(self.config, self.tokenizer, self.types, mesh, factory.target_platform(platform),
-                             encoder_config=wd.load_encoder_config(workdir) or factory.encoder_config(self.config))
+                             encoder_config=wd.load_encoder_config(workdir) or factory.encoder_config(self.config),
+                             relation_types=self.relation_types)
     self.setup = dataclasses.replace(setup, rest=jax.device_put(setup.rest, shd.replicated(mesh)))
     mngr = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(workdir), keep=1)
     self.step, self.params = ckpt_lib.restore_params(mngr, state_lib.abstract_params(self.setup))
@@ -182,7 +187,16 @@ class Predictor(WindowPredictor):
     self.window_options = spec.window_options
     self.buckets = spec.buckets
     self.decoder = HitDecoder(self.setup, batch_size=self.batch_size, name="predict")
+    self.task = self.decoder.task
+    self.batch_targets = self.task.batch_targets
     self._compiled: set[tuple[int, int]] = set()  # (hit buffer, bucket length) compiled ahead
+
+  def prepare(self, records, name):
+    return self.task.prepare(records, self.tokenizer, self.types, self.relation_types or None, name=name,
+                             **self.window_options)
+
+  def assemble(self, prepared, hits):
+    return self.task.assemble(prepared, self.task.concat_hits(hits))
 
   def compile_ahead(self, lengths: Iterable[int] | None = None) -> None:
     """The eval step for each bucket length in `lengths` (default every bucket) not compiled yet, compiled

@@ -189,23 +189,47 @@ class WindowPredictor:
   def ready(self, lengths) -> None:
     """Called with the bucket lengths of the batches about to run, before the first of them."""
 
+  batch_targets = None  # a task's batch targets (`gp_jax.tasks`); None: span_ids
+
+  def prepare(self, records: list[dict], name: str):
+    """Records -> `windows.PreparedSplit` (a task's predictor overrides this and `assemble`)."""
+    return windows.prepare_split(records, self.tokenizer, types=self.types, name=name, **self.window_options)
+
+  def assemble(self, prepared, hits: list) -> list:
+    """The window hits of every batch -> per record, entity dicts (char offsets)."""
+    return merge.merge_predictions(prepared, merge.concat_hits(hits))
+
   def _batches(self, texts: list[str], name: str = "predict"):
     records = [{"id": str(n), "text": t, "entities": []} for n, t in enumerate(texts)]
-    prepared = windows.prepare_split(records, self.tokenizer, types=self.types, name=name, **self.window_options)
-    return prepared, batching.eval_batches(prepared, batch_size=self.batch_size, buckets=self.buckets)
+    prepared = self.prepare(records, name)
+    return prepared, batching.eval_batches(prepared, batch_size=self.batch_size, buckets=self.buckets,
+                                           targets=self.batch_targets)
 
   def bucket_lengths(self, texts: list[str]) -> list[int]:
     """The bucket lengths `predict(texts)` runs batches of."""
     return self._batches(texts, "predict (bucket lengths)")[1].lengths()
 
-  def predict(self, texts: list[str]) -> list[list[dict]]:
+  def predict(self, texts: list[str]) -> list:
+    """Per text, entity dicts {"start", "end", "type", "text", "score"}; task=relations: {"entities": [...],
+    "relations": [{"head", "tail", "type", "score"}]} (head and tail index the entities)."""
     prepared, batches = self._batches(texts)
     self.ready(batches.lengths())
     hits = [self.window_hits(batch) for batch in batches]
-    merged = merge.merge_predictions(prepared, merge.concat_hits(hits))
-    return [[{"start": int(e["start"]), "end": int(e["end"]), "type": e["type"],
-              "text": text[int(e["start"]):int(e["end"])], "score": round(float(e["score"]), 4)} for e in ents]
-            for text, ents in zip(texts, merged)]
+    return [output_prediction(text, p) for text, p in zip(texts, self.assemble(prepared, hits))]
+
+
+def _entity_rows(text: str, ents) -> list[dict]:
+  return [{"start": int(e["start"]), "end": int(e["end"]), "type": e["type"], "text": text[int(e["start"]):int(e["end"])],
+           "score": round(float(e["score"]), 4)} for e in ents]
+
+
+def output_prediction(text: str, prediction):
+  """An assembled prediction (entity dicts, or {"entities", "relations"}) as predict writes it."""
+  if isinstance(prediction, dict):
+    return {"entities": _entity_rows(text, prediction["entities"]),
+            "relations": [{"head": int(r["head"]), "tail": int(r["tail"]), "type": r["type"],
+                           "score": round(float(r["score"]), 4)} for r in prediction["relations"]]}
+  return _entity_rows(text, prediction)
 
 
 class ExportedPredictor(WindowPredictor):

@@ -36,6 +36,7 @@ class Setup:
   abstract_params: dict
   param_shardings: dict
   encoder_config: dict | None = None  # bert: the HF config.json dict (saved into the workdir)
+  relation_types: tuple = ()  # task=relations: the relation types (the head and tail pointers' heads)
 
   @property
   def block_size(self) -> int | None:
@@ -47,9 +48,11 @@ class Setup:
     return self.spec.ema_decay
 
 
-def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_config=None, platform=None):
+def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_config=None, platform=None,
+               relation_types=()):
   """Returns (Setup, params). `load_weights=False` skips pretrained weights (they will be restored); `platform`:
-  the target the precision policy is resolved for (`factory.precision`; default this machine's backend)."""
+  the target the precision policy is resolved for (`factory.precision`; default this machine's backend);
+  `relation_types`: task=relations."""
   num_types = len(types)
   spec = factory.run_spec(config, platform)  # the setup keeps this, not the config
   seed = spec.seed
@@ -57,7 +60,7 @@ def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_con
 
   def build(weights):
     return factory.build_model(config, tokenizer, num_types, seed=seed, load_weights=weights,
-                               encoder_config=encoder_config, platform=platform)
+                               encoder_config=encoder_config, platform=platform, num_relations=len(relation_types))
 
   abstract_model = nnx.eval_shape(lambda: build(False))
   graphdef, abs_params, abs_rest = nnx.split(abstract_model, nnx.Param, ...)
@@ -75,7 +78,8 @@ def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_con
     params = jax.device_put(nnx.to_pure_dict(nnx.state(build(True), nnx.Param)), p_shard)
   else:
     params, rest = place(on_host(create), (p_shard, rest_shard))
-  setup = Setup(spec, list(types), tokenizer, mesh, graphdef, rest, abs_params, p_shard, encoder_config)
+  setup = Setup(spec, list(types), tokenizer, mesh, graphdef, rest, abs_params, p_shard, encoder_config,
+                tuple(relation_types))
   return setup, params
 
 

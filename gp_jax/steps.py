@@ -27,7 +27,7 @@ from gp_jax import optim
 from gp_jax.adversarial import ADVERSARIAL_KINDS, Adversarial  # noqa: F401 (steps.Adversarial stays importable)
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
-from gp_jax.data import merge
+from gp_jax import tasks
 
 log = logging.getLogger(__name__)
 
@@ -170,18 +170,19 @@ def make_train_steps(setup, tx, *, loss_kind: str, step_transform=None, donate: 
   return _train_fn(train_steps, setup, tx, loss_kind=loss_kind, step_transform=step_transform, donate=donate)
 
 
-def eval_step(params, batch, threshold=0.0, *, graphdef, rest, size: int, block_size=None, hit_sharding=None):
-  """Hits on device: (count, coords [size, 4] (row, type, start, end), scores [size], the batch's window_index
-  [B]); span heads keep cells with score > threshold. Rows become windows on the host (`merge.batch_hits`)."""
+def eval_step(params, batch, threshold=0.0, *, graphdef, rest, size, block_size=None, hit_sharding=None):
+  """Hits on device, then the batch's window_index [B]: entities (count, coords [size, 4] (row, type, start, end),
+  scores [size]); relations three such buffers (entity, head, tail) of `size` = (e, h, t). Span heads keep cells
+  with score > threshold. Rows become windows on the host (the task's `window_hits`)."""
   model = nnx.merge(graphdef, nnx.State(params), rest)
   model.eval()
-  count, coords, scores = model.decode_hits(batch, size=size, block_size=block_size, threshold=threshold,
-                                            hit_sharding=hit_sharding)
-  return count, coords, scores, batch["window_index"]
+  hits = model.decode_hits(batch, size=size, block_size=block_size, threshold=threshold, hit_sharding=hit_sharding)
+  return (*hits, batch["window_index"])
 
 
-def make_eval_step(setup, *, size: int):
-  """`eval_step` jitted for a hit buffer of `size`: (params, global batch, threshold) -> its four outputs."""
+def make_eval_step(setup, *, size):
+  """`eval_step` jitted for a hit buffer of `size` (the task's: an int, or one per buffer): (params, global batch,
+  threshold) -> its outputs."""
   repl = shd.replicated(setup.mesh)
   fn = functools.partial(eval_step, graphdef=setup.graphdef, rest=setup.rest, size=size,
                          block_size=setup.block_size, hit_sharding=repl)
@@ -191,6 +192,8 @@ def make_eval_step(setup, *, size: int):
 def shape_label(step: str, shape: tuple, hits: int = 0) -> str:
   """How the log names a program: "train L64 B16", "train L64 B16 x4" (4 steps a call), "eval L64 B32 hits 2048"."""
   *k, B, L = shape
+  if isinstance(hits, tuple):
+    hits = "/".join(str(h) for h in hits)
   return f"{step} L{L} B{B}" + (f" x{k[0]}" if k else "") + (f" hits {hits}" if hits else "")
 
 
@@ -198,7 +201,7 @@ class Dispatch:
   """Calls the executable compiled ahead (`aot`) for the batch argument's shape; another shape goes to the jitted
   function `fn` (compiled on first use, logged once per shape when programs were compiled ahead)."""
 
-  def __init__(self, fn, step: str, *, hits: int = 0, name: str = ""):
+  def __init__(self, fn, step: str, *, hits=0, name: str = ""):
     self.fn, self.step, self.hits, self.name = fn, step, hits, name or step
     self.table: dict = {}  # ([steps,] rows, length) -> executable
     self.expect_ahead = False
@@ -224,23 +227,25 @@ class Dispatch:
 
 
 class HitDecoder:
-  """Every hit of a batch, whatever their number: the eval step with a hit buffer that grows (powers of two, so
-  few compiles) when a batch has more hits than it holds. Programs compiled ahead (`aot`) are used where one
-  matches the hit buffer and the batch's shape."""
+  """Every hit of a batch, whatever their number: the eval step with hit buffers that grow (powers of two, so
+  few compiles, each buffer on its own) when a batch has more hits than one holds. The task (`gp_jax.tasks`) says
+  how many buffers, their first size, and how hits become window columns. Programs compiled ahead (`aot`) are
+  used where one matches the hit buffers and the batch's shape."""
 
   def __init__(self, setup, *, batch_size: int, name: str = "eval"):
     self.setup, self.name = setup, name
-    self.size = max(64, batch_size * 32)
-    self._calls: dict[int, Dispatch] = {}  # hit buffer -> its eval step
+    self.task = tasks.of(setup.spec)
+    self.size = self.task.initial_hits(batch_size)
+    self._calls: dict = {}  # hit buffer(s) -> its eval step
     self._adopted = False
 
-  def _call(self, size: int) -> Dispatch:
+  def _call(self, size) -> Dispatch:
     if size not in self._calls:
       self._calls[size] = Dispatch(make_eval_step(self.setup, size=size), "eval", hits=size)
       self._calls[size].expect_ahead = self._adopted
     return self._calls[size]
 
-  def fn(self, size: int):
+  def fn(self, size):
     """The jitted eval step at a hit buffer of `size`."""
     return self._call(size).fn
 
@@ -252,19 +257,26 @@ class HitDecoder:
     for call in self._calls.values():
       call.expect_ahead = True
 
-  def _run(self, size: int, params, global_batch, thr):
+  def _run(self, size, params, global_batch, thr):
     call = self._call(size)
     call.name = self.name
     return call(params, global_batch, thr)
 
-  def __call__(self, params, global_batch, threshold: float = 0.0) -> dict[str, np.ndarray]:
-    """Window hit columns {"window", "start", "end", "type", "score"} (`merge.batch_hits`) of the global batch."""
+  def __call__(self, params, global_batch, threshold: float = 0.0):
+    """The task's window hits of the global batch (entities: columns {"window", "start", "end", "type", "score"},
+    `merge.batch_hits`)."""
     thr = np.float32(threshold)
     out = self._run(self.size, params, global_batch, thr)
-    if int(out[0]) > self.size:
-      self.size = 1 << int(int(out[0]) - 1).bit_length()
-      log.info("%s: %d hits in one batch, growing the hit buffer to %d", self.name, int(out[0]), self.size)
+    counts = self.task.hit_counts(out)
+    grown = self.task.grown(self.size, counts)
+    if grown != self.size:
+      self.size = grown
+      log.info("%s: %s hits in one batch, growing the hit buffer to %s", self.name, _numbers(counts),
+               _numbers(grown))
       out = self._run(self.size, params, global_batch, thr)
-    count, coords, scores, window_B = out
-    count = int(count)
-    return merge.batch_hits(np.asarray(window_B), np.asarray(coords)[:count], np.asarray(scores)[:count])
+    return self.task.window_hits(out)
+
+
+def _numbers(x) -> str:
+  """5 -> "5"; (5, 7) -> "5/7" (one per hit buffer)."""
+  return "/".join(str(int(v)) for v in x) if isinstance(x, (tuple, list)) else str(int(x))

@@ -25,7 +25,7 @@ from gp_jax import aot
 from gp_jax import feed as feed_lib
 from gp_jax import checkpoint as ckpt_lib
 from gp_jax import factory, runtime
-from gp_jax import reporting, resume, storage, workdir as wd
+from gp_jax import reporting, resume, storage, tasks, workdir as wd
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax import threshold as threshold_lib
@@ -33,6 +33,7 @@ from gp_jax.data import batching
 from gp_jax.evaluate import LENGTH_BUCKETS, Evaluator, flat_result
 from gp_jax.optim import make_optimizer
 from gp_jax.steps import make_train_step, make_train_steps
+from gp_jax.tasks.relations import save_relation_types
 
 log = logging.getLogger("gp_jax.train")
 
@@ -108,13 +109,15 @@ def build_training(run: RunContext, train_it: batching.BatchIterator, tokenizer,
   spec = run.spec
   ckpts = resume.open_checkpoints(run.workdir, keep=spec.keep_checkpoints)
   setup, params = state_lib.init_model(run.config, tokenizer, types, run.mesh, load_weights=not ckpts.resuming,
-                                       encoder_config=resume.encoder_config(ckpts, run.workdir))
+                                       encoder_config=resume.encoder_config(ckpts, run.workdir),
+                                       relation_types=tasks.of(spec).split_relation_types(train_it.prepared))
   n_params = state_lib.param_count(params)
   log.info("Model: %s encoder + %s head, %d parameters, dtype %s", spec.encoder, spec.head, n_params,
            spec.precision.dtype)
   if run.is_main:
     wd.save_run_files(run.workdir, config_json=run.config_json, types=types, tokenizer=tokenizer,
                       encoder_config=setup.encoder_config)
+    save_relation_types(run.workdir, setup.relation_types)
   total_steps = spec.num_train_steps or int(math.ceil(spec.num_epochs * train_it.steps_per_epoch))
   tx, lr_schedule = make_optimizer(spec.optimizer, total_steps, params)
   start_step, state = resume.initial_state(ckpts, setup, tx, params, train_it, seed=spec.seed,
@@ -356,12 +359,13 @@ def final_evaluation(run: RunContext, ts: state_lib.Training, splits, evaluator:
   for split in ("dev", "test"):
     if split in splits:
       result, _ = evaluator.evaluate(params, splits[split], desc=split)
-      out[split] = dict(flat_result(result), per_type=result["per_type"], by_length=result["by_length"],
-                        per_record=result["per_record"])
+      out[split] = evaluator.task.final_fields(result)
       writer.write(steps, f"final_{split}", flat_result(result))
       log.info("final %s (best checkpoint): P %.4f R %.4f F1 %.4f", split, result["precision"], result["recall"],
                result["f1"])
       log.info("final %s per type (F1, gold spans): %s", split, reporting.per_type_line(result["per_type"]))
+      for line in evaluator.task.result_lines(result):
+        log.info("final %s %s", split, line)
   if run.spec.tune_threshold:
     out.update(tune_threshold(run, ts, splits, evaluator, params, best_step, out))
   return out
@@ -371,8 +375,9 @@ def tune_threshold(run: RunContext, ts: state_lib.Training, splits, evaluator: E
                    at_zero: dict) -> dict:
   """Span heads: the dev-best threshold of `threshold.GRID` on the best parameters, applied to test; saved to
   workdir/threshold.json. Returns {"threshold": {...}, "dev_tuned", "test_tuned"} for results.json."""
-  if run.spec.tag_scheme or "dev" not in splits:
-    why = "tagger heads decode tags, not scores" if run.spec.tag_scheme else "there is no dev split"
+  refusal = evaluator.task.threshold_refusal
+  if run.spec.tag_scheme or refusal or "dev" not in splits:
+    why = ("tagger heads decode tags, not scores" if run.spec.tag_scheme else refusal or "there is no dev split")
     log.info("tune_threshold does not apply: %s", why)
     return {"threshold": {"applies": False, "why": why}}
   f1s = threshold_lib.scan(evaluator, params, splits["dev"])

@@ -16,7 +16,7 @@ EXPERIMENTS = sorted(p for p in glob.glob(os.path.join(ht.REPO, "experiments", "
 CASES = [("msra_scratch", "", "msra"), ("rope_ablation", "", "msra"), ("rope_ablation", "dataset=cluener2020", "cluener2020"),
          ("rope_ablation", "dataset=germeval2014", "germeval2014"), ("rope_ablation", "dataset=conll2003", "conll2003"),
          ("head_ablation", "", "cluener2020"), ("head_comparison", "", "msra"),
-         ("head_comparison", "dataset=germeval2014", "germeval2014"), ("conll_minilm", "", "conll2003"),
+         ("head_comparison", "dataset=germeval2014", "germeval2014"), ("conll_minilm", "", "conll2003"), ("webnlg_minilm", "", "webnlg_star"),
          ("germeval_minilm", "", "germeval2014"), ("nested_study", "", "germeval2014"), ("synthetic", "", "synthetic"),
          ("rope_ablation", "dataset=people_daily", "people_daily"), ("su2022", "", "cluener2020"),
          ("su2022", "dataset=cmeee", "cmeee"), ("su2022", "dataset=people_daily,head=crf", "people_daily"),

@@ -10,6 +10,8 @@ in `gp_jax.data.windows`:
   example_index    int32 [B]      record index in the split, -1 on filler rows
   window_start     int32 [B]      content-token offset of the window in its record (0 on filler)
   window_index     int32 [B]      window index in the PreparedSplit, -1 on filler rows
+A task's `targets` (`gp_jax.tasks`) may put other target arrays in place of span_ids (task=relations:
+entity_ids [B, H, L], head_ids and tail_ids [B, R, L]).
 
 `batch_size` is global; with several processes each one builds its rows [i * B / n, (i + 1) * B / n)
 of the same global batch, and all of them pick the same bucket.
@@ -49,10 +51,12 @@ class _Assembler:
   """Builds the rows [lo, hi) of a global batch of window indices (-1 = filler)."""
 
   def __init__(self, prepared: PreparedSplit, buckets, batch_size, process_index, process_count,
-               tag_scheme: str | None = None):
+               tag_scheme: str | None = None, targets=None):
     _check_hosts(batch_size, process_index, process_count)
     self.p = prepared
     self.tag_scheme = tag_scheme
+    # targets(prepared, rows, windows, span_ids_BHK, L) -> (the batch's target arrays, targets dropped); None: span_ids
+    self.targets = targets
     self.buckets = np.asarray(normalize_buckets(buckets, prepared.max_len), np.int64)
     self.batch_size = batch_size
     local = batch_size // process_count
@@ -123,13 +127,19 @@ class _Assembler:
       for r, wi in zip(rows.tolist(), w.tolist()):
         tags_BL[r, :p.window_len[wi]] = window_tags(p, wi, scheme=self.tag_scheme)[0]
       extra["tags"] = tags_BL
+    targets = {"span_ids": span_ids_BHK}
+    if self.targets is not None:
+      targets, over = self.targets(p, rows, w, span_ids_BHK, L)
+      if over:
+        self.span_overflow += over
+        logging.warning("%s: %d gold targets dropped: more than K=L=%d of one type in a window", p.name, over, L)
     return {
         **extra,
         "features": features,
         "attention_mask": attention_mask_BL,
         "span_mask": span_mask_BL,
         "positions": positions_BL,
-        "span_ids": span_ids_BHK,
+        **targets,
         "example_index": example_index_B,
         "window_start": window_start_B,
         "window_index": win_B.astype(np.int32),
@@ -172,12 +182,12 @@ class BatchIterator(Iterator[dict[str, Any]]):
 
   def __init__(self, prepared: PreparedSplit, *, batch_size: int, buckets, seed: int,
                process_index: int = 0, process_count: int = 1, chunk_batches: int = 100,
-               tag_scheme: str | None = None, bucket_run: int = 0):
+               tag_scheme: str | None = None, bucket_run: int = 0, targets=None):
     if bucket_run < 0:
       raise ValueError(f"bucket_run={bucket_run} must be >= 0 (0 = interleaved buckets)")
     if prepared.num_windows == 0:
       raise ValueError(f"{prepared.name}: no windows to train on")
-    self._assemble = _Assembler(prepared, buckets, batch_size, process_index, process_count, tag_scheme)
+    self._assemble = _Assembler(prepared, buckets, batch_size, process_index, process_count, tag_scheme, targets)
     self.prepared = prepared
     self.batch_size = batch_size
     self.chunk = chunk_batches * batch_size
@@ -288,22 +298,23 @@ class BatchIterator(Iterator[dict[str, Any]]):
 
 def train_batches(prepared: PreparedSplit, *, batch_size: int, buckets: Sequence[int] | None, seed: int,
                   process_index: int = 0, process_count: int = 1, tag_scheme: str | None = None,
-                  bucket_run: int = 0) -> BatchIterator:
+                  bucket_run: int = 0, targets=None) -> BatchIterator:
   """Infinite, resumable training batches; `batch_size` is global, each process gets its rows.
 
   `tag_scheme` (BIO/BIOES): batches also carry `tags` [B, L] for tagger heads (see `window_tags`).
-  `bucket_run` > 0: batches of one bucket come in runs of this many (see `BatchIterator`)."""
+  `bucket_run` > 0: batches of one bucket come in runs of this many (see `BatchIterator`).
+  `targets`: a task's target arrays (`_Assembler`); None: span_ids."""
   return BatchIterator(prepared, batch_size=batch_size, buckets=buckets, seed=seed,
                        process_index=process_index, process_count=process_count, tag_scheme=tag_scheme,
-                       bucket_run=bucket_run)
+                       bucket_run=bucket_run, targets=targets)
 
 
 class EvalBatches:
   """Every window exactly once, sorted by length; re-iterable; the last batch may hold filler."""
 
   def __init__(self, prepared: PreparedSplit, *, batch_size: int, buckets, process_index: int = 0,
-               process_count: int = 1):
-    self._assemble = _Assembler(prepared, buckets, batch_size, process_index, process_count)
+               process_count: int = 1, targets=None):
+    self._assemble = _Assembler(prepared, buckets, batch_size, process_index, process_count, targets=targets)
     order = np.argsort(prepared.window_len, kind="stable")
     self.batches = _to_batches(order, batch_size)
 
@@ -323,6 +334,6 @@ class EvalBatches:
 
 
 def eval_batches(prepared: PreparedSplit, *, batch_size: int, buckets: Sequence[int] | None,
-                 process_index: int = 0, process_count: int = 1) -> EvalBatches:
+                 process_index: int = 0, process_count: int = 1, targets=None) -> EvalBatches:
   return EvalBatches(prepared, batch_size=batch_size, buckets=buckets, process_index=process_index,
-                     process_count=process_count)
+                     process_count=process_count, targets=targets)

@@ -103,10 +103,62 @@ def distance_records(n: int, *, seed: int, prefix: str = "dist") -> list[Record]
   return records
 
 
+RELATION_ENTITY_TYPES = ("LOC", "ORG", "PER")
+SYNTHETIC_RELATIONS = ("lives_in", "works_at")
+
+
+def relation_records(n: int, *, seed: int, prefix: str = "rel") -> list[Record]:
+  """Short texts of clauses with typed entities and relations (task=relations): a person (PER, "Abc") who
+  "_lives_in_" a place (LOC, "XYZ") or "_works_at_" an organisation (ORG, "#abc"), or "_naps" (no relation).
+
+  One to three clauses joined by "_and_"; a clause may reuse the previous clause's person (a single entity
+  overlap). Relation types SYNTHETIC_RELATIONS; words joined with "_" as in `synthetic_records`.
+  """
+  rng = random.Random(seed)
+  records = []
+
+  def letters(k, alphabet=string.ascii_lowercase):
+    return "".join(rng.choice(alphabet) for _ in range(k))
+
+  for r in range(n):
+    text, ents, rels = "", [], []
+
+    def add(piece, etype=None):
+      nonlocal text
+      start = len(text)
+      text += piece
+      if etype is None:
+        return None
+      ents.append({"start": start, "end": len(text), "type": etype})
+      return len(ents) - 1
+
+    person = None
+    for k in range(rng.randint(1, 3)):
+      if k:
+        add("_and_")
+      if person is not None and rng.random() < 0.4:
+        add("she")
+      else:
+        person = add(letters(1, string.ascii_uppercase) + letters(rng.randint(1, 3)), "PER")
+      kind = rng.random()
+      if kind < 0.4:
+        add("_lives_in_")
+        rels.append({"head": person, "tail": add(letters(rng.randint(2, 4), string.ascii_uppercase), "LOC"),
+                     "type": "lives_in"})
+      elif kind < 0.8:
+        add("_works_at_")
+        rels.append({"head": person, "tail": add("#" + letters(rng.randint(2, 3)), "ORG"), "type": "works_at"})
+      else:
+        add("_naps")
+    records.append({"id": f"{prefix}-{r}", "text": text, "entities": ents, "relations": rels})
+  return records
+
+
 # data.name -> (generator(n, seed=, prefix=), entity types); data.synthetic_records sets the training size.
 SYNTHETIC_CORPORA = {
     "synthetic": (synthetic_records, SYNTHETIC_TYPES),
     "synthetic_distance": (distance_records, DISTANCE_TYPES),
+    "synthetic_relations": (relation_records, RELATION_ENTITY_TYPES),
 }
 
 

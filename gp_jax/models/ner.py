@@ -73,3 +73,20 @@ def dense_labels(span_ids_BHK, shape):
   labels = labels.at[jnp.arange(B)[:, None, None], jnp.arange(H)[None, :, None],
                      jnp.where(ids >= 0, ids, L * L)].set(1, mode="drop")
   return labels.reshape(shape)
+
+
+class RelationModel(NerModel):
+  """Encoder + `GPLinkerHead` (task=relations): `loss(batch)` reads `entity_ids`, `head_ids`, `tail_ids`;
+  `decode_hits(batch, size=(e, h, t))` -> three hit buffers (entity, head, tail)."""
+
+  def loss(self, batch, *, loss_kind: str = "sparse_zlpr", block_size: int | None = None):
+    if loss_kind != "sparse_zlpr":
+      raise ValueError(f"task=relations trains with loss.kind 'sparse_zlpr', got {loss_kind!r}")
+    return self.head.loss(self.encode(batch), batch["span_mask"], entity_ids=batch["entity_ids"],
+                          head_ids=batch["head_ids"], tail_ids=batch["tail_ids"], positions=batch["positions"],
+                          block_size=block_size, implementation=self.loss_implementation)
+
+  def decode_hits(self, batch, *, size, block_size: int | None = None, threshold=0.0, hit_sharding=None):
+    """Entity cells with score > threshold, pointer cells at decoded entity starts / ends (`GPLinkerHead`)."""
+    return self.head.decode_hits(self.encode(batch), batch["span_mask"], positions=batch["positions"],
+                                 sizes=tuple(size), threshold=threshold, hit_sharding=hit_sharding)
