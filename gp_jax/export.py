@@ -16,7 +16,13 @@ when it predicts). DIR (local or gs://) holds:
                     (hits are read on the host).
   tokenizer/        the workdir's tokenizer
   types.json        entity types, in head order
-  manifest.json     inputs and outputs (names, order), head kind, threshold, windows, hit buffer, versions
+  manifest.json     inputs and outputs (names, order), task, head kind, threshold, windows, hit buffer, versions
+
+A task=relations workdir (GPLinker) exports to StableHLO only, decoding on the device as its eval step does: the
+inputs above, then entity_buffer, head_buffer, tail_buffer (int32 [0, size]: only their sizes are read, so a
+buffer grows without a new export), then threshold; outputs the three pointers' (count, coords [size, 4],
+scores [size]) as `ops.relation_hits` gives them, no [B, 2R + 2, L, L] scores. The manifest adds the relation types
+and the initial `hit_buffers`.
 
 `gp_jax.serving.load_exported(dir)` reads such a folder back with jax and numpy only (no flax, orbax,
 ml_collections): a callable over a batch dict that returns hits. See docs/serving.md.
@@ -45,7 +51,8 @@ from gp_jax import runtime, storage
 from gp_jax.errors import UserError, help_exits_zero
 from gp_jax.models.heads import HEADS
 from gp_jax.models.taggers import TAGGERS
-from gp_jax.serving import BATCH_FIELDS, FORMAT_VERSION, MANIFEST, MODEL_FILES, OUTPUTS, ExportError
+from gp_jax.serving import (BATCH_FIELDS, FORMAT_VERSION, MANIFEST, MODEL_FILES, OUTPUTS, RELATION_BUFFERS,
+                             RELATION_OUTPUTS, ExportError)
 # Re-exported for compatibility; import them from gp_jax.serving.
 from gp_jax.serving import ExportedModel, host_span_hits, load_exported  # noqa: F401  pylint: disable=unused-import
 
@@ -91,16 +98,35 @@ def forward_fn(graphdef, params, rest, *, names, size: int):
   return fn
 
 
+def relation_forward_fn(graphdef, params, rest, *, names):
+  """task=relations: `(*arrays in names order, entity_buffer, head_buffer, tail_buffer, threshold) ->` the three
+  pointers' hits flattened in `RELATION_OUTPUTS` order, decoded as the eval step decodes (`model.decode_hits`), in
+  buffers as long as the buffer inputs' second axis; parameters closed over."""
+  def fn(*args):
+    *arrays, entity_buffer, head_buffer, tail_buffer, threshold = args
+    model = nnx.merge(graphdef, nnx.State(params), rest)
+    model.eval()
+    sizes = (entity_buffer.shape[1], head_buffer.shape[1], tail_buffer.shape[1])
+    hits = model.decode_hits(dict(zip(names, arrays)), size=sizes, threshold=threshold)
+    return tuple(x for pointer in hits for x in pointer)
+
+  return fn
+
+
 def _one_device(tree):
   return jax.device_put(tree, jax.devices("cpu")[0] if jax.default_backend() == "cpu" else jax.devices()[0])
 
 
-def export_stablehlo(fn, *, num_arrays: int, platforms=None, max_len: int | None = None):
+def export_stablehlo(fn, *, num_arrays: int, platforms=None, max_len: int | None = None, num_buffers: int = 0):
   """`jax.export` of `fn` with symbolic (B, L) int32 arrays and a float32 threshold -> Exported. `max_len` bounds
-  L (windows never exceed it), which decides the BERT encoder's position-table check."""
+  L (windows never exceed it), which decides the BERT encoder's position-table check. `num_buffers` int32
+  [0, S_n] inputs (between the arrays and threshold) carry symbolic hit buffer sizes (task=relations)."""
   constraints = ("L >= 2",) + ((f"L <= {max_len}",) if max_len else ())  # lax.scan (CRF) needs L - 1 >= 1
-  B, L = jax.export.symbolic_shape("B, L", constraints=constraints)
-  args = [jax.ShapeDtypeStruct((B, L), jnp.int32)] * num_arrays + [jax.ShapeDtypeStruct((), jnp.float32)]
+  sizes = "".join(f", S{n}" for n in range(num_buffers))
+  B, L, *S = jax.export.symbolic_shape(f"B, L{sizes}",
+                                       constraints=constraints + tuple(f"S{n} >= 1" for n in range(num_buffers)))
+  args = ([jax.ShapeDtypeStruct((B, L), jnp.int32)] * num_arrays + [jax.ShapeDtypeStruct((0, s), jnp.int32) for s in S]
+          + [jax.ShapeDtypeStruct((), jnp.float32)])
   return jax.export.export(jax.jit(fn), platforms=platforms)(*args)
 
 
@@ -163,11 +189,12 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
   if fmt not in MODEL_FILES:
     raise ExportError(f"--format must be one of {sorted(MODEL_FILES)}, got {fmt!r}")
   spec, tokenizer, types = setup.spec, setup.tokenizer, setup.types
-  if spec.task != "entities":
-    raise ExportError(f"export writes entity models only; this workdir was trained with task={spec.task}: predict "
-                      "from the workdir itself (python -m gp_jax.predict --workdir=...)")
+  relations = spec.task == "relations"  # GPLinker: three hit buffers of input-given sizes, no scores output
   head = spec.head
   is_tagger = head in TAGGERS
+  if fmt == "onnx" and relations:
+    raise ExportError("--format=onnx exports entity span heads only; a task=relations model decodes its three "
+                      "pointers inside the function: use --format=stablehlo")
   if fmt == "onnx" and is_tagger:
     raise ExportError(f"--format=onnx exports span heads only ({', '.join(sorted(HEADS))}); the {head} head decodes "
                       "tags inside the function: use --format=stablehlo")
@@ -175,13 +202,18 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
     hit_buffer = max(hit_buffer, spec.max_len)  # one window never overflows (see ExportedModel)
   names = input_names(tokenizer.feature_names)
   params, rest = _one_device(jax.device_get(params)), _one_device(setup.rest)
-  fn = forward_fn(setup.graphdef, params, rest, names=names, size=hit_buffer)
+  if relations:
+    fn = relation_forward_fn(setup.graphdef, params, rest, names=names)
+  else:
+    fn = forward_fn(setup.graphdef, params, rest, names=names, size=hit_buffer)
   platforms = list(platforms) if platforms else [jax.default_backend()]
+  buffers = RELATION_BUFFERS if relations else ()
 
   with tempfile.TemporaryDirectory(prefix="gp_jax_export_") as tmp:
     model_path = os.path.join(tmp, MODEL_FILES[fmt])
     if fmt == "stablehlo":
-      exported = export_stablehlo(fn, num_arrays=len(names), platforms=platforms, max_len=spec.max_len)
+      exported = export_stablehlo(fn, num_arrays=len(names), platforms=platforms, max_len=spec.max_len,
+                                  num_buffers=len(buffers))
       with open(model_path, "wb") as f:
         f.write(exported.serialize())
     else:
@@ -196,9 +228,12 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
         "file": MODEL_FILES[fmt],
         "platforms": platforms if fmt == "stablehlo" else None,
         "inputs": [int_input(n) for n in names]
+                  + [{"name": n, "dtype": "int32", "shape": [0, f"S{i}"]} for i, n in enumerate(buffers)]
                   + ([{"name": "threshold", "dtype": "float32", "shape": []}] if fmt == "stablehlo" else []),
-        "outputs": list(OUTPUTS) if fmt == "stablehlo" else ["scores"],
+        "outputs": (list(RELATION_OUTPUTS) if relations else list(OUTPUTS)) if fmt == "stablehlo" else ["scores"],
         "min_length": 2,  # L >= 2 (ExportedModel pads shorter batches)
+        "task": spec.task,
+        "relation_types": list(setup.relation_types) if relations else None,
         "head": head,
         "tagger": is_tagger,
         "tag_scheme": spec.tag_scheme if is_tagger else None,
@@ -209,7 +244,8 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
         "max_span_width": spec.max_span_width,
         "buckets": [int(b) for b in spec.buckets],
         "batch_size": int(batch_size or spec.eval_batch_size),
-        "hit_buffer": int(hit_buffer) if fmt == "stablehlo" else None,
+        "hit_buffer": int(hit_buffer) if fmt == "stablehlo" and not relations else None,
+        "hit_buffers": [int(hit_buffer)] * len(buffers) if relations else None,  # initial (entity, head, tail)
         **(extra or {}),
         "gp_jax_version": _version(),
         "git_commit": _git_commit(),
@@ -236,7 +272,7 @@ def _define_flags():
   flags.DEFINE_enum("format", "stablehlo", sorted(MODEL_FILES), "Serialized artifact format.")
   flags.DEFINE_list("platforms", [], "StableHLO lowering platforms (cpu, cuda, tpu); default: this machine's.")
   flags.DEFINE_integer("hit_buffer", DEFAULT_HIT_BUFFER, "Hits one call returns on device (more fall back to "
-                       "the scores output).")
+                       "the scores output; task=relations: each pointer's initial buffer, grown when exceeded).")
   return flags.FLAGS
 
 

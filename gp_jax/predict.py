@@ -12,9 +12,9 @@ Input formats (never guessed): `lines`, one text per line; `jsonl`, one {"id", "
 (the id is echoed as it is); `cblue`, a CBLUE JSON array; all strict UTF-8 (a bad byte is a one-line error
 naming file, line and column). `--split` reads the workdir's corpus split instead. Output `jsonl`: {"id"?,
 "text", "entities": [{"start", "end", "type", "text", "score"}]} with character offsets (end exclusive); a
-task=relations workdir adds "relations": [{"head", "tail", "type", "score"}], head and tail indexing "entities"
-(an exported folder is entity-only for now). Texts longer than the model's max length go through sliding windows. Formats are the `READERS` / `WRITERS`
-registries.
+task=relations workdir or exported folder adds "relations": [{"head", "tail", "type", "score"}], head and tail
+indexing "entities". Texts longer than the model's max length go through sliding windows. Formats are the
+`READERS` / `WRITERS` registries.
 
 A workdir's eval step is compiled per length bucket, only for the buckets the input's batches take: an input
 file (or --split) is read whole first and its buckets compiled together before the first text; standard input

@@ -4,27 +4,33 @@
   coords_N4, scores_N = model(batch)       # batch: {name: int32 [B, L]} for the manifest's inputs
   ExportedPredictor(DIR).predict(texts)    # entity dicts, as `python -m gp_jax.predict --exported=DIR` writes
 
+A task=relations folder (manifest "task") returns three hit buffers instead, whose sizes are inputs (grown and run
+again when a count exceeds its buffer), and predicts {"entities", "relations"} per text (`gp_jax.serving_relations`).
+
 Also the folder's format (`MANIFEST`, `FORMAT_VERSION`, `MODEL_FILES`, `OUTPUTS`, which `gp_jax.export` writes
 to) and `WindowPredictor`, the texts -> windows -> hits -> entities loop that `gp_jax.predict.Predictor` shares.
-Imports: storage and gp_jax.data only; neither gp_jax.export nor gp_jax.predict (they import this module).
+Imports: storage, gp_jax.data, gp_jax.ops.relations and gp_jax.serving_relations only (no flax); neither
+gp_jax.export nor gp_jax.predict (they import this module).
 See docs/serving.md.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 
 import jax
 import numpy as np
 
-from gp_jax import storage
+from gp_jax import serving_relations, storage
 from gp_jax.data import batching, merge, windows
 from gp_jax.data.char_tokenizer import CharTokenizer
 from gp_jax.data.tokenize import load_tokenizer
 # UserError: bad flags, input or config; gp_jax.predict's main prints it as one line and exits with status 2.
 from gp_jax.errors import UserError
+from gp_jax.ops.relations import grown_sizes
 
 # Deferred import below: onnxruntime, an optional dependency (the `onnx` extra), for ONNX folders only.
 
@@ -33,6 +39,13 @@ MANIFEST = "manifest.json"
 MODEL_FILES = {"stablehlo": "model.jax_export", "onnx": "model.onnx"}
 BATCH_FIELDS = ("attention_mask", "span_mask", "positions")  # the model inputs after the tokenizer's features
 OUTPUTS = ("count", "coords", "hit_scores", "scores")
+# task=relations: the three pointers' hit buffers. Their sizes are inputs: int32 [0, size] arrays (no data, only
+# the shape) after positions, before threshold; each pointer returns (count, coords [size, 4], scores [size]).
+POINTERS = ("entity", "head", "tail")
+RELATION_BUFFERS = tuple(f"{k}_buffer" for k in POINTERS)
+RELATION_OUTPUTS = tuple(f"{k}_{x}" for k in POINTERS for x in ("count", "coords", "scores"))
+
+log = logging.getLogger(__name__)
 
 
 class ExportError(Exception):
@@ -75,6 +88,10 @@ class ExportedModel:
   gives the raw outputs (`OUTPUTS`; device arrays for StableHLO). A batch with more hits than the
   exported buffer loses none: span heads read the score output on the host (`host_span_hits`),
   taggers run again one row at a time (a row holds at most max_len <= hit_buffer hits).
+
+  task=relations (`task`, `relation_types`): `model(batch)` -> (entity hits, head hits, tail hits), each (count,
+  coords [count, 4], scores [count]) as `ops.relation_hits` gives them; a buffer too small for its count grows
+  (`hit_buffers`, kept for later calls) and the batch runs again.
   """
 
   def __init__(self, directory, *, tokenizer=None):
@@ -84,7 +101,10 @@ class ExportedModel:
     m = self.manifest
     self.types = storage.read_json(root / "types.json")
     self.tokenizer = tokenizer or _load_tokenizer(root / "tokenizer")
-    self.names = [x["name"] for x in m["inputs"] if x["name"] != "threshold"]
+    self.task = m.get("task", "entities")
+    self.relation_types = tuple(m.get("relation_types") or ())
+    self.hit_buffers = tuple(m["hit_buffers"]) if self.task == "relations" else None  # grown by __call__
+    self.names = [x["name"] for x in m["inputs"] if x["name"] not in ("threshold", *RELATION_BUFFERS)]
     self.is_tagger = bool(m["tagger"])
     self.threshold = m["threshold"]
     blob = (root / m["file"]).read_bytes()
@@ -114,18 +134,39 @@ class ExportedModel:
     return batch
 
   def outputs(self, batch, *, threshold: float | None = None) -> dict:
-    """The artifact's outputs by name (StableHLO: count, coords, hit_scores, scores; ONNX: scores)."""
+    """The artifact's outputs by name (StableHLO: count, coords, hit_scores, scores; ONNX: scores;
+    task=relations: `RELATION_OUTPUTS`, from buffers of `hit_buffers`)."""
     arrays = self._arrays(batch)
     if self.manifest["format"] == "onnx":
       return {"scores": self._call(*arrays)[0]}
     thr = np.float32((self.threshold or 0.0) if threshold is None else threshold)
+    if self.task == "relations":
+      buffers = [np.zeros((0, size), np.int32) for size in self.hit_buffers]
+      return dict(zip(RELATION_OUTPUTS, self._call(*arrays, *buffers, thr)))
     return dict(zip(OUTPUTS, self._call(*arrays, thr)))
+
+  def _relation_hits(self, batch, threshold: float):
+    """Every hit of the three pointers: a buffer too small grows (powers of two, as training's HitDecoder) and the
+    batch runs again; the counts do not depend on the buffers, so once is enough."""
+    while True:
+      out = self.outputs(batch, threshold=threshold)
+      counts = tuple(int(out[f"{k}_count"]) for k in POINTERS)
+      grown = grown_sizes(self.hit_buffers, counts)
+      if grown == self.hit_buffers:
+        break
+      log.info("%s: hit buffers (entity, head, tail) %s -> %s for counts %s", self.directory, self.hit_buffers,
+               grown, counts)
+      self.hit_buffers = grown
+    return tuple((count, np.asarray(out[f"{k}_coords"])[:count], np.asarray(out[f"{k}_scores"])[:count])
+                 for k, count in zip(POINTERS, counts))
 
   def __call__(self, batch, *, threshold: float | None = None):
     if self.is_tagger and threshold is not None:
       raise ExportError(f"threshold applies to span heads; this model's head is {self.manifest['head']}")
     thr = float(self.threshold or 0.0) if threshold is None else float(threshold)
     batch = self._pad(batch)
+    if self.task == "relations":
+      return self._relation_hits(batch, thr)
     out = self.outputs(batch, threshold=thr)
     if "count" not in out:  # onnx: scores only
       return host_span_hits(out["scores"], batch["span_mask"], threshold=thr,
@@ -155,7 +196,8 @@ def _load_tokenizer(src):
 
 
 def load_exported(directory) -> ExportedModel:
-  """The serving folder `directory` (local or gs://) as a callable: batch dict -> (coords [N, 4], scores [N])."""
+  """The serving folder `directory` (local or gs://) as a callable: batch dict -> (coords [N, 4], scores [N])
+  (task=relations: the three pointers' hits)."""
   return ExportedModel(directory)
 
 
@@ -233,7 +275,8 @@ def output_prediction(text: str, prediction):
 
 
 class ExportedPredictor(WindowPredictor):
-  """A folder written by `gp_jax.export`: jax and numpy only (no flax, orbax, ml_collections)."""
+  """A folder written by `gp_jax.export`: jax and numpy only (no flax, orbax, ml_collections). A task=relations
+  folder predicts {"entities", "relations"} per text, assembled as from its workdir (`gp_jax.serving_relations`)."""
 
   def __init__(self, directory: str, *, batch_size: int = 0, threshold: float | None = None):
     self.model = load_exported(directory)
@@ -243,6 +286,22 @@ class ExportedPredictor(WindowPredictor):
     self.batch_size = batch_size or m["batch_size"]
     self.window_options = dict(max_len=m["max_len"], stride=m["stride"], max_span_width=m["max_span_width"])
     self.buckets = m["buckets"]
+    self.relation_types = self.model.relation_types  # () for an entity folder
+    self.relations = self.model.task == "relations"
+
+  def prepare(self, records, name):
+    if not self.relations:
+      return super().prepare(records, name)
+    return serving_relations.prepare(records, self.tokenizer, self.types, self.relation_types, name=name,
+                                     **self.window_options)
+
+  def assemble(self, prepared, hits):
+    if not self.relations:
+      return super().assemble(prepared, hits)
+    return serving_relations.assemble(prepared, serving_relations.concat_hits(hits))
 
   def window_hits(self, batch):
-    return merge.batch_hits(batch["window_index"], *self.model(model_inputs(batch), threshold=self.threshold))
+    hits = self.model(model_inputs(batch), threshold=self.threshold)
+    if self.relations:
+      return serving_relations.window_hits((*hits, batch["window_index"]))
+    return merge.batch_hits(batch["window_index"], *hits)

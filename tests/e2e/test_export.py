@@ -83,6 +83,7 @@ def test_artifact_equals_in_process_model(trained):
   workdir, out, p = trained
   m = serving.load_exported(out)
   assert m.manifest["head"] == "standard" and m.manifest["step"] == p.step and m.manifest["max_len"] == 48
+  assert m.manifest["task"] == "entities" and m.manifest["relation_types"] is None and m.task == "entities"
   assert [x["name"] for x in m.manifest["inputs"]] == [*p.tokenizer.feature_names, "attention_mask", "span_mask",
                                                       "positions", "threshold"]
   assert m.types == p.types and os.path.exists(os.path.join(out, "tokenizer", "gp_jax_tokenizer.json"))
@@ -211,6 +212,52 @@ def test_every_head_exports_and_overflow_loses_nothing(head, untrained):
   np.testing.assert_allclose(got_scores, np.asarray(hit_scores)[:count], rtol=1e-5, atol=1e-5)  # another compile
   # A one-column batch (L = 1 < the exported minimum 2) is padded, not refused.
   m({n: np.asarray(batch[n])[:, :1] for n in names})
+
+
+def test_relations_artifact_decodes_as_the_model_and_grows_its_buffers(tmp_path):
+  """An untrained task=relations model (entities fire nearly everywhere) exported with buffers of 1: the folder's
+  three pointers' hits equal the in-process model's `decode_hits` in buffers large enough for all, after each buffer
+  grew; an ONNX export is refused in one line."""
+  from flax import nnx
+
+  from gp_jax import sharding as shd
+  from gp_jax import state as state_lib
+  from gp_jax.data.char_tokenizer import CharTokenizer
+
+  config = ht.tiny_config(task="relations", **{"model.head": "efficient"})
+  tokenizer = CharTokenizer.build(TEXTS, min_freq=1, bigram_min_freq=1)
+  mesh = shd.make_mesh(1, 1, devices=jax.devices()[:1])
+  relation_types = ("left_of", "part_of")
+  setup, params = state_lib.init_model(config, tokenizer, ["BOX", "CAP", "NUM"], mesh, relation_types=relation_types)
+  out = str(tmp_path / "relations")
+  manifest = export.export_model(setup, params, out, hit_buffer=1)
+  assert manifest["task"] == "relations" and manifest["relation_types"] == list(relation_types)
+  assert manifest["hit_buffers"] == [1, 1, 1] and manifest["hit_buffer"] is None
+  m = serving.load_exported(out)
+  assert m.relation_types == relation_types and m.names == export.input_names(tokenizer.feature_names)
+  predictor = serving.ExportedPredictor(out)
+  batch = _batch(predictor, TEXTS)
+  counts = [int(m.outputs(batch)[f"{k}_count"]) for k in serving.POINTERS]
+  assert min(counts) > 1, counts  # every buffer overflows
+  got = m(batch)
+  assert all(size >= count for size, count in zip(m.hit_buffers, counts)), (m.hit_buffers, counts)
+  names = export.input_names(tokenizer.feature_names)
+
+  def decode(*arrays):
+    model = nnx.merge(setup.graphdef, nnx.State(params), setup.rest)
+    model.eval()
+    return model.decode_hits(dict(zip(names, arrays)), size=(1 << 14,) * 3, threshold=0.0)
+
+  want = jax.jit(decode)(*[batch[n] for n in names])
+  for k, (count, coords, scores), (w_count, w_coords, w_scores) in zip(serving.POINTERS, got, want):
+    w_count = int(w_count)
+    assert count == w_count < 1 << 14, k
+    np.testing.assert_array_equal(coords, np.asarray(w_coords)[:count], err_msg=k)
+    np.testing.assert_allclose(scores, np.asarray(w_scores)[:count], rtol=1e-5, atol=1e-5, err_msg=k)
+  rows = predictor.predict(TEXTS[:3])
+  assert [set(r) for r in rows] == [{"entities", "relations"}] * 3 and any(r["entities"] for r in rows)
+  with pytest.raises(serving.ExportError, match="task=relations.*--format=stablehlo"):
+    export.export_model(setup, params, str(tmp_path / "onnx"), fmt="onnx")
 
 
 def test_onnx_scores_within_1e4(trained, tmp_path):
@@ -357,6 +404,10 @@ def test_imports_go_one_way_and_old_names_resolve():
   assert {"gp_jax.predict", "gp_jax.serving"} <= _gp_jax_imports(export)
   assert "gp_jax.serving" in _gp_jax_imports(predict) and "gp_jax.export" not in _gp_jax_imports(predict)
   assert not {"gp_jax.export", "gp_jax.predict"} & _gp_jax_imports(serving)
+  from gp_jax import serving_relations
+
+  for module in (serving, serving_relations):  # the folder's reader: nothing that imports flax
+    assert not {n for n in _gp_jax_imports(module) if n.startswith(("gp_jax.tasks", "gp_jax.models"))}, module
   for name in ("ExportError", "ExportedModel", "host_span_hits", "load_exported"):
     assert getattr(export, name) is getattr(serving, name), name
   assert predict.ExportedPredictor is serving.ExportedPredictor and predict.model_inputs is serving.model_inputs

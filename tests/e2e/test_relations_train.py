@@ -92,13 +92,51 @@ def test_predict_from_the_workdir_gives_the_evaluated_triples(relations_run, tmp
   assert (tp, len(pred), len(gold)) == (want["tp"], want["pred"], want["gold"])
 
 
-def test_export_refuses_a_relations_workdir_in_one_line(relations_run, tmp_path):
-  from gp_jax import export
+def test_export_then_predict_from_the_folder_gives_the_workdir_rows(relations_run, tmp_path):
+  """gp_jax.export of the relations workdir: the program returns the three hit buffers (no dense scores), the
+  manifest the task and relation types; gp_jax.predict --exported (flax, orbax, ml_collections unimportable) writes
+  the rows predict writes from the workdir, every buffer grown from 2 on the way."""
+  import io
+
+  import jax
+  import numpy as np
+
+  from gp_jax import export, predict, serving
+  from gp_jax.tasks.relations import load_relation_types
+  from tests.e2e.test_export import _predict_cmd, _run
 
   workdir, _ = relations_run
-  with pytest.raises(export.ExportError, match="entity models only.*task=relations"):
-    export.export_workdir(workdir, str(tmp_path / "out"))
-  assert not (tmp_path / "out").exists()
+  test_file = os.path.join(os.path.dirname(workdir), "test.jsonl")
+  records = [{"id": r["id"], "text": r["text"]} for r in map(json.loads, open(test_file))]
+  records = records[:ht.TINY["data.max_eval_records"]]
+  out = tmp_path / "exported"
+  manifest = export.export_workdir(workdir, str(out), hit_buffer=2)
+  assert manifest["task"] == "relations" and manifest["relation_types"] == list(load_relation_types(workdir))
+  assert manifest["hit_buffers"] == [2, 2, 2] and manifest["outputs"] == list(serving.RELATION_OUTPUTS)
+  exported = jax.export.deserialize(bytearray((out / "model.jax_export").read_bytes()))
+  # (count, coords [S, 4], scores [S]) per pointer, S a buffer input's size: nothing shaped by B or L.
+  assert [len(a.shape) for a in exported.out_avals] == [0, 2, 1] * 3
+  assert not any(str(d) in ("B", "L") for a in exported.out_avals for d in a.shape), exported.out_avals
+
+  want = io.StringIO()
+  predict.write_jsonl(want, predict.predict_records(predict.Predictor(workdir), records))
+  want = [json.loads(line) for line in want.getvalue().splitlines()]
+  assert sum(len(r["relations"]) for r in want) > len(records) // 2  # the trained model finds triples
+  proc = _run(_predict_cmd(f"--exported={out}", "--input_format=jsonl", blocked=True),
+              stdin="".join(json.dumps(r) + "\n" for r in records))
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  got = [json.loads(line) for line in proc.stdout.splitlines()]
+  assert len(got) == len(want)
+  for g, w in zip(got, want):
+    assert set(g) == {"id", "text", "entities", "relations"}
+    for key in ("entities", "relations"):  # scores within 2e-4: another compile sums in another order
+      assert [{**x, "score": None} for x in g[key]] == [{**x, "score": None} for x in w[key]], (key, g, w)
+      np.testing.assert_allclose([x["score"] for x in g[key]], [x["score"] for x in w[key]], atol=2e-4)
+    assert (g["id"], g["text"]) == (w["id"], w["text"])
+  # The buffers of 2 overflowed and grew (the rows above are whole only if they did).
+  p = serving.ExportedPredictor(str(out))
+  p.predict([r["text"] for r in records])
+  assert all(size > 2 for size in p.model.hit_buffers), p.model.hit_buffers
 
 
 def test_four_steps_per_call_equal_one_per_call_on_relations(tmp_path):
