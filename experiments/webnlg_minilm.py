@@ -4,10 +4,10 @@ Needs ../shared/data/webnlg_star (or --config.data.manual_dir; TFDS builder webn
 the string form (subject text, relation, object text) selects checkpoints, as the published tables compare
 (docs/tasks.md). Entities are typed subject / object (the CasRel reader), so the entity pointer has the two roles.
 Settings, measured on this 2-core CPU (2026-11-27, docs/studies/webnlg.md): one epoch first (`:epochs=1`): 148 s
-whole command, dev triple F1 0.226 (the 200 warmup steps take most of its 314). Then these settings, 10 epochs:
+whole command, dev triple F1 0.226 (the 300 warmup steps take most of its 314). Then these settings, 10 epochs:
 dev F1 by epoch 0.213 / 0.623 / 0.742 / 0.830 / 0.848 / 0.853 / 0.876 / 0.879 / 0.890 / 0.891, best at the last
 epoch, test 0.890 (string form), 887 s. Encoder lr 5e-5, head lr 1e-3 (the BERT defaults of configs/base.py), linear
-decay after 200 warmup steps, no EMA; early stopping (3 epochs) never fired. Not yet compared on dev: a higher lr,
+decay after 300 warmup steps, no EMA; early stopping (3 epochs) never fired. Not yet compared on dev: a higher lr,
 more epochs (dev still rose at epoch 10), EMA 0.999 as Su uses it. `quick` is a one-minute smoke run.
 """
 
