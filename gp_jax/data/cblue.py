@@ -245,9 +245,7 @@ def read_cblue(path: str | os.PathLike, *, strict: bool = True, allow_unlabelled
   report = ReadReport(where)
   records = [from_cmeee(obj, id=f"{prefix}-{i}")
              for i, obj in iter_cblue(where, strict=strict, allow_unlabelled=allow_unlabelled, report=report)]
-  report.records, report.entities = len(records), sum(len(r["entities"]) for r in records)
-  report.log()
-  return Records(records, report)
+  return report.finish(records)
 
 
 def to_cmeee(record: Mapping, entities: Iterable[Mapping]) -> dict:

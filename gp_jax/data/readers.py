@@ -85,6 +85,13 @@ class ReadReport:
     s += f", tag repairs {sum(self.repairs.values())}" + (f" {dict(self.repairs)}" if self.repairs else "")
     return s
 
+  def finish(self, records: list[Record]) -> Records:
+    """Counts what a read kept, logs the summary, and returns `records` carrying this report."""
+    self.records, self.entities = len(records), sum(len(r["entities"]) for r in records)
+    self.relations = sum(len(r.get("relations", ())) for r in records)
+    self.log()
+    return Records(records, self)
+
   def log(self) -> None:
     level = logging.WARNING if self.skipped else logging.INFO
     log.log(level, "%s", self.summary())
@@ -315,10 +322,7 @@ def read_jsonl(path: PathOrFile, *, strict: bool = True, allow_unlabelled: bool 
   finally:
     if owned:
       f.close()
-  report.records, report.entities = len(records), sum(len(r["entities"]) for r in records)
-  report.relations = sum(len(r.get("relations", ())) for r in records)
-  report.log()
-  return Records(records, report)
+  return report.finish(records)
 
 
 def _parse_json_line(raw: str, where: str, line: int, default_id: str, allow_unlabelled: bool,
@@ -455,9 +459,7 @@ def read_conll(path: PathOrFile, *, scheme: str | None = None, strict: bool = Tr
       if strict:
         raise
       report.skip(e)
-  report.records, report.entities = len(records), sum(len(r["entities"]) for r in records)
-  report.log()
-  return Records(records, report)
+  return report.finish(records)
 
 
 # Blocks whose characters are written without spaces between them (char-per-line corpora).

@@ -184,7 +184,4 @@ def read_casrel(path: PathOrFile, *, strict: bool = True, allow_unlabelled: bool
   finally:
     if owned:
       f.close()
-  report.records, report.entities = len(records), sum(len(r["entities"]) for r in records)
-  report.relations = sum(len(r["relations"]) for r in records)
-  report.log()
-  return Records(records, report)
+  return report.finish(records)
