@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gp_jax.data import merge, windows
+from gp_jax.data.relations import OBJECT, ROLES, SUBJECT
 from gp_jax.ops.relations import TRIPLE_COLUMNS, assemble_triples
 
 log = logging.getLogger(__name__)
@@ -95,14 +96,25 @@ def concat_hits(hits):
           "triples": concat_columns([h["triples"] for h in hits], TRIPLE_KEYS + ("score",))}
 
 
+def role_mask(types, subject_type: np.ndarray, object_type: np.ndarray) -> np.ndarray:
+  """True where a triple's entities hold their roles: when the entity types are the roles (`data.relations.ROLES`,
+  CasRel-format corpora) a subject must be decoded as "subject" and an object as "object", as GPLinker decodes
+  them; with any other types every pair holds."""
+  if sorted(types) != sorted(ROLES):
+    return np.ones(np.shape(subject_type), bool)
+  types = list(types)
+  return (subject_type == types.index(SUBJECT)) & (object_type == types.index(OBJECT))
+
+
 def assemble(prepared, hits) -> list[dict]:
   """Per record {"entities": [entity dicts], "relations": [{"head", "tail", "type", "score"}]}, head and tail
-  indexing the record's entities (a triple's entity that merging dropped is added with the triple's score)."""
+  indexing the record's entities (a triple's entity that merging dropped is added with the triple's score); on a
+  role-typed corpus only triples whose entities hold their roles (`role_mask`)."""
   p = prepared
   entities = merge.merge_predictions(p, hits["entities"])
   t = hits["triples"]
   w = t["window"]
-  ok = (w >= 0) & (w < p.num_windows)
+  ok = (w >= 0) & (w < p.num_windows) & role_mask(p.types, t["subject_type"], t["object_type"])
   w = np.where(ok, w, 0)
   content_end = p.num_prefix + p.window_content_len[w]
   for k in ("subject_start", "subject_end", "object_start", "object_end"):
@@ -142,4 +154,4 @@ def assemble(prepared, hits) -> list[dict]:
 
 
 __all__ = ["MAX_CANDIDATES_PER_ROW", "TRIPLE_KEYS", "prepare", "triple_columns", "concat_columns", "bounded_rows",
-           "window_hits", "concat_hits", "assemble"]
+           "window_hits", "concat_hits", "role_mask", "assemble"]

@@ -214,3 +214,24 @@ def test_rows_over_the_candidate_budget_give_no_triples_and_the_others_are_uncha
 def test_relations_on_a_corpus_without_relations_is_refused():
   with pytest.raises(UserError, match="holds no relations"):
     factory.prepare_data(ht.tiny_config(task="relations"))
+
+
+@pytest.mark.parametrize("types", [("object", "subject"), ("LOC", "PER")])
+def test_roles_hold_on_role_typed_corpora_only(types):
+  """A head and tail hit that pair an entity decoded only as "object" as a subject (and a "subject" as an object)
+  give no triple when the entity types are the roles; with other types the pair stands."""
+  first, second = types[1], types[0]  # subject role / PER first, object role / LOC second
+  recs = [{"id": "r", "text": "Ab_likes_XY", "entities": [
+      {"start": 0, "end": 2, "type": first}, {"start": 9, "end": 11, "type": second}],
+           "relations": [{"head": 0, "tail": 1, "type": "likes"}]}]
+  task = tasks.get("relations")
+  p = task.prepare(recs, CharTok(), list(types), ("likes",), name="t", max_len=32, stride=8)
+  batch = next(iter(batching.eval_batches(p, batch_size=2, buckets=(), targets=task.batch_targets)))
+  (ne, ent, es), (nh, head, hs), (nt, tail, ts), window_B = gold_window_out(p, batch["window_index"])
+  (ss, se, os_, oe, _), = p.window_relations(0).tolist()
+  head = np.concatenate([head[:nh], [[0, 0, os_, ss]]]).astype(np.int32)  # the reversed pair
+  tail = np.concatenate([tail[:nt], [[0, 0, oe, se]]]).astype(np.int32)
+  out = ((ne, ent, es), (2, head, np.ones(2, np.float32)), (2, tail, np.ones(2, np.float32)), window_B)
+  pred = task.assemble(p, task.concat_hits([task.window_hits(out)]))[0]
+  got = {(pred["entities"][x["head"]]["start"], pred["entities"][x["tail"]]["start"]) for x in pred["relations"]}
+  assert got == ({(0, 9)} if types == ("object", "subject") else {(0, 9), (9, 0)})
