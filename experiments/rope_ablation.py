@@ -65,28 +65,17 @@ def get_config(arg=None):
 
 
 def synthetic_config(c, a):
-  """synthetic_distance: a 2-layer char CNN, which sees 3 characters left and 4 right of a bracket (an entity's
-  brackets are 8-11 apart), small enough that one run takes well under a minute on a 2-core CPU."""
+  """synthetic_distance: a 2-layer char CNN (`base.tiny_char_model`), which sees 3 characters left and 4 right of a
+  bracket (an entity's brackets are 8-11 apart)."""
+  base.tiny_char_model(c)
   c.num_epochs = a.epochs or 5.0
   c.data.synthetic_records = 2000
   c.data.max_len = 64
   c.data.buckets = (64,)  # one compile per step function
-  c.tokenizer.lowercase = False
-  c.tokenizer.bigram_min_freq = 1
-  c.model.embed_dim = 32
-  c.model.bigram_dim = 32
-  c.model.hidden_size = 64
-  c.model.num_layers = 2
-  c.model.head_size = 16
-  c.model.dropout = 0.0
-  c.model.embed_dropout = 0.0
   c.batch_size = 32
   c.eval_batch_size = 256
-  c.optimizer.lr = 5e-3
-  c.optimizer.warmup_steps = 20
   c.log_every_steps = 50
   c.checkpoint_every_steps = 10_000
-  c.progress_bar = False
   return c
 
 
