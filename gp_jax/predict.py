@@ -234,15 +234,16 @@ def predict_stream(predictor: WindowPredictor, records: Iterable[dict], *,
 
 def predict_records(predictor: WindowPredictor, records: Sequence[dict], *,
                     chunk_size: int = 1000) -> Iterator[tuple[dict, list[dict]]]:
-  """`predict_stream` over records already read: a predictor that compiles per bucket first compiles, together,
-  the buckets that every chunk's batches take."""
-  if predictor.compiles_ahead:
-    n = max(1, chunk_size)
-    lengths = set()
-    for i in range(0, len(records), n):
-      lengths.update(predictor.bucket_lengths([r["text"] for r in records[i:i + n]]))
-    predictor.ready(sorted(lengths))
-  return predict_stream(predictor, records, chunk_size=chunk_size)
+  """`predict_stream` over records already read: each chunk is prepared once, and a predictor that compiles per
+  bucket first compiles, together, the buckets that every chunk's batches take."""
+  if not predictor.compiles_ahead:
+    return predict_stream(predictor, records, chunk_size=chunk_size)
+  n = max(1, chunk_size)
+  chunks = [[r["text"] for r in records[i:i + n]] for i in range(0, len(records), n)]
+  prepared = [predictor.prepare_texts(texts) for texts in chunks]
+  predictor.ready(sorted({L for _, batches in prepared for L in batches.lengths()}))
+  return (row for i, (texts, p) in enumerate(zip(chunks, prepared))
+          for row in zip(records[i * n:(i + 1) * n], predictor.predict(texts, p)))
 
 
 def configure_compilation_cache(workdir: str) -> str | None:

@@ -241,20 +241,18 @@ class WindowPredictor:
     """The window hits of every batch -> per record, entity dicts (char offsets)."""
     return merge.merge_predictions(prepared, merge.concat_hits(hits))
 
-  def _batches(self, texts: list[str], name: str = "predict"):
+  def prepare_texts(self, texts: list[str], name: str = "predict"):
+    """Texts -> (prepared split, its eval batches) as `predict` runs them; `batches.lengths()` names their buckets."""
     records = [{"id": str(n), "text": t, "entities": []} for n, t in enumerate(texts)]
     prepared = self.prepare(records, name)
     return prepared, batching.eval_batches(prepared, batch_size=self.batch_size, buckets=self.buckets,
                                            targets=self.batch_targets)
 
-  def bucket_lengths(self, texts: list[str]) -> list[int]:
-    """The bucket lengths `predict(texts)` runs batches of."""
-    return self._batches(texts, "predict (bucket lengths)")[1].lengths()
-
-  def predict(self, texts: list[str]) -> list:
+  def predict(self, texts: list[str], prepared=None) -> list:
     """Per text, entity dicts {"start", "end", "type", "text", "score"}; task=relations: {"entities": [...],
-    "relations": [{"head", "tail", "type", "score"}]} (head and tail index the entities)."""
-    prepared, batches = self._batches(texts)
+    "relations": [{"head", "tail", "type", "score"}]} (head and tail index the entities). `prepared`: what
+    `prepare_texts(texts)` returned, when the caller has it already."""
+    prepared, batches = prepared or self.prepare_texts(texts)
     self.ready(batches.lengths())
     hits = [self.window_hits(batch) for batch in batches]
     return [output_prediction(text, p) for text, p in zip(texts, self.assemble(prepared, hits))]
