@@ -434,8 +434,9 @@ def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> d
   writer = reporting.MetricWriter(run.mirror)
   summary = {"workdir": str(run.workdir), "status": "failed"}
 
-  def stopped_at_once(name):  # runtime.stop_now: the process ends without returning here
-    write_results(run, {**summary, "status": "preempted", "preempted": True, "signal": name, "stopped_at_once": True})
+  def stopped_at_once(signal_name):  # also runtime.stop_now's callback: the process may end right after it
+    summary.update(status="preempted", preempted=True, signal=signal_name, stopped_at_once=True)
+    write_results(run, summary)
 
   with runtime.on_stop(stopped_at_once):  # Ctrl-C outside the loop's steps (gp_jax.main)
     try:
@@ -482,10 +483,10 @@ def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> d
         summary["status"] = "finished"
     except BaseException as e:
       if isinstance(e, KeyboardInterrupt):  # a user's Ctrl-C where no handler took it: no failure
-        summary.update(status="preempted", preempted=True, signal="SIGINT", stopped_at_once=True)
+        stopped_at_once("SIGINT")
       else:
         summary["error"] = f"{type(e).__name__}: {e}"
-      write_results(run, summary)
+        write_results(run, summary)
       writer.close()
       raise
     write_results(run, summary)
