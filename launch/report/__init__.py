@@ -8,23 +8,27 @@ Finished runs fall into cells: runs whose configs differ in the seed only, after
 older config.json lacks takes its default from gp_jax.configs.base.get_config(); model.dtype=auto is what it
 resolved to, float32 on CPU runs; keys that only say how a run logs or saves, runs.BOOKKEEPING_KEYS, are left
 out). Cells are shown by data.name, model.encoder, model.head and model.use_rope ("n/a" for tagger heads, which
-have no RoPE), by data.max_len too when one dataset's runs differ in it, by the training tricks when some run used
-them, and, when cells shown alike differ in other keys, by a variant naming those keys (e.g. tune_threshold=True).
-Each cell shows n (seeds) and mean +- std (statistics.stdev; "-" when n = 1) of dev/test F1, precision, recall
-(in %), train tokens/s and parameter count, then epochs trained and whether training stopped early. Preempted,
-failed and unfinished runs are listed apart, never averaged.
+have no RoPE), by model.pointer_rope too when some run is a relation run (config.task=relations, GPLinker: use_rope
+is RoPE on its entity pointer, pointer_rope on its head/tail pointers; "n/a" for entity runs, and configs without a
+task are entity runs), by data.max_len when one dataset's runs differ in it, by the training tricks when some run
+used them, and, when cells shown alike differ in other keys, by a variant naming those keys (e.g.
+tune_threshold=True). Each cell shows n (seeds) and mean +- std (statistics.stdev; "-" when n = 1) of dev/test F1,
+precision, recall (in %; for relation runs those of (subject, relation, object) triples in the form results.json's
+"match" names, as a line under the table says), train tokens/s and parameter count, then epochs trained and
+whether training stopped early. Preempted, failed and unfinished runs are listed apart, never averaged.
 
 Significance, for the study's comparisons within a dataset x encoder (x max_len) x variant: RoPE on vs off per
-head, GP vs CRF, EGP vs GP, each trick vs plain, and where a study has length arms (max_len) each comparison's
-difference at the longer arm minus that at the shorter. Runs are paired by seed; on the test split (dev when a run
-has no test F1) the table gives the mean over seeds of F1(A) - F1(B) with a 95% t-interval and a paired t-test,
-and the p of a paired bootstrap over records when every run has results.json's per-record counts
-(`"per_record": {"tp", "fp", "fn", optionally "id"}`; see stats.contrast_bootstrap). The family of each study
-(one DIR, or each subfolder of a DIR whose runs sit in subfolders: a folder of studies) gets Holm-adjusted p
-values at both levels; the influence check (stats.influence) leaves the --influence_k records that carry the
-difference most out of both cells and flags a difference that this halves or flips. "Significant": both adjusted
-p < 0.05 and not flagged. A comparison that cannot be paired (its cells differ in more than the compared setting,
-two runs of a cell share a seed, no seed in common) is skipped with a line saying why.
+head, GP vs CRF, EGP vs GP, each trick vs plain (for relation runs each among cells of one pointer RoPE setting,
+named with it), pointer RoPE on vs off per head and RoPE (relation runs), and where a study has length arms
+(max_len) each comparison's difference at the longer arm minus that at the shorter. Runs are paired by seed; on
+the test split (dev when a run has no test F1) the table gives the mean over seeds of F1(A) - F1(B) with a 95%
+t-interval and a paired t-test, and the p of a paired bootstrap over records when every run has results.json's
+per-record counts (`"per_record": {"tp", "fp", "fn", optionally "id"}`; see stats.contrast_bootstrap). The
+family of each study (one DIR, or each subfolder of a DIR whose runs sit in subfolders: a folder of studies) gets
+Holm-adjusted p values at both levels; the influence check (stats.influence) leaves the --influence_k records that
+carry the difference most out of both cells and flags a difference that this halves or flips. "Significant": both
+adjusted p < 0.05 and not flagged. A comparison that cannot be paired (its cells differ in more than the compared
+setting, two runs of a cell share a seed, no seed in common) is skipped with a line saying why.
 
 results.json says which heads are taggers (head_kind), the by-length buckets (length_buckets) and the dev F1 of
 every evaluation (dev_history). Older results.json files lack these: tagger heads are then those in
@@ -32,10 +36,12 @@ gp_jax.models.taggers.TAGGERS, the buckets gp_jax.evaluate.LENGTH_BUCKETS, and t
 run's metrics.jsonl ("split": "dev" lines; by epoch when the steps per epoch are known, else by step).
 
 With --out PREFIX it also writes PREFIX.md (the same tables), PREFIX_f1.png (one panel per dataset: heads on
-the x axis, RoPE on/off side by side, bar = mean over seeds, dots = seeds), PREFIX_by_length.png (dev F1 by gold
-entity length in encoder tokens, tp/pred/gold pooled over seeds; a bucket without gold entities is left empty,
-and the axis gives the gold entities per bucket) and, when some run has a dev history,
-PREFIX_epochs.png (dev F1 by epoch per head x RoPE cell: mean over seeds, band = min..max).
+the x axis, a head's relation cells once per pointer RoPE setting, RoPE on/off side by side, bar = mean over seeds,
+dots = seeds), when some run has dev F1 by length (relation runs have none, and are left out)
+PREFIX_by_length.png (dev F1 by gold entity length in encoder tokens, tp/pred/gold pooled over seeds; a bucket
+without gold entities is left empty, and the axis gives the gold entities per bucket) and, when some run has a dev
+history, PREFIX_epochs.png (dev F1 by epoch per head x RoPE (x pointer RoPE) cell: mean over seeds, band =
+min..max).
 Plots need matplotlib: pip install -e '.[plots]'.
 
 Exit status 2 (one line on stderr) when a DIR does not exist or holds no run folder; 1 when --out cannot draw its
@@ -101,6 +107,8 @@ def main(argv=None):
     if summary:
       written = write_plots(rows, summary, args.out)
       text += "\n" + "".join(f"![{title}]({name})\n\n" for title, name in written)
+      if not any(name.endswith("_by_length.png") for _, name in written):
+        text += "(No dev F1 by entity length figure: no finished run recorded by_length; relation runs do not.)\n"
       if not any(name.endswith("_epochs.png") for _, name in written):
         text += "(No dev F1 by epoch figure: no finished run recorded a per-epoch dev history.)\n"
       tags = variant_tags(summary)

@@ -7,7 +7,7 @@ import statistics
 
 from etils import epath
 
-from .runs import NO_ROPE, PLAIN, TAGGER
+from .runs import NO_ROPE, PLAIN, RELATIONS, TAGGER
 from .stats import gold_by_length, length_buckets, pooled_by_length
 
 ROPE_STYLE = {  # rope -> (label, bar colour, line style)
@@ -16,7 +16,7 @@ ROPE_STYLE = {  # rope -> (label, bar colour, line style)
     NO_ROPE: ("tagger (no RoPE)", "tab:gray", "-."),
 }
 CELL_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
-                "tab:cyan", "tab:gray")  # line plots: one per head x RoPE cell
+                "tab:cyan", "tab:gray")  # line plots: one per head x RoPE (x pointer RoPE) cell
 _DPI = 120
 
 
@@ -47,32 +47,58 @@ def _grid(plt, n: int, *, panel_w: float, panel_h: float):
   return fig, axes[:n]
 
 
-def _head_order(groups: list[dict]) -> list[tuple[str, str]]:
-  """(encoder, head) slots: span heads first, then taggers, each alphabetical."""
-  return sorted({(g["encoder"], g["head"]) for g in groups},
-                key=lambda eh: (any(g["head_kind"] == TAGGER for g in groups if (g["encoder"], g["head"]) == eh), eh))
+def _pointer(g: dict) -> str:
+  """A cell's pointer RoPE (relation runs: "True" / "False"; "n/a" for entity runs and reports without relations)."""
+  return g.get("pointer_rope", NO_ROPE)
+
+
+def _pointer_label(pointer_rope: str) -> str:
+  return "" if pointer_rope == NO_ROPE else "pointer RoPE" if pointer_rope == "True" else "no pointer RoPE"
+
+
+def _rank(rope: str) -> tuple:
+  """Order of RoPE (and pointer RoPE) settings: on, off, n/a, then others."""
+  order = list(ROPE_STYLE)
+  return (order.index(rope) if rope in order else len(order), rope)
+
+
+def _head_order(groups: list[dict]) -> list[tuple[str, str, str]]:
+  """(encoder, head, pointer RoPE) slots: span heads first, then taggers, each alphabetical, pointer RoPE first."""
+  def key(slot):
+    tagger = any(g["head_kind"] == TAGGER for g in groups if (g["encoder"], g["head"], _pointer(g)) == slot)
+    return tagger, slot[:2], _rank(slot[2])
+
+  return sorted({(g["encoder"], g["head"], _pointer(g)) for g in groups}, key=key)
 
 
 def _rope_order(ropes) -> list[str]:
-  order = list(ROPE_STYLE)
-  return sorted(ropes, key=lambda r: (order.index(r) if r in order else len(order), r))
+  return sorted(ropes, key=_rank)
 
 
-def _cell_order(summary: list[dict]) -> list[tuple[str, str]]:
-  """(head, rope) cells: heads as on the F1 figure's x axis, RoPE before no RoPE."""
-  heads, ropes = [], list(ROPE_STYLE)
-  for _, head in _head_order(summary):
+def _cell_key(g: dict) -> tuple[str, str, str]:
+  return g["head"], g["rope"], _pointer(g)
+
+
+def _cell_order(summary: list[dict]) -> list[tuple[str, str, str]]:
+  """(head, rope, pointer RoPE) cells: heads as on the F1 figure's x axis, RoPE before no RoPE, then pointer RoPE
+  before none."""
+  heads = []
+  for _, head, _ in _head_order(summary):
     heads += [head] if head not in heads else []
-  cells = {(g["head"], g["rope"]) for g in summary}
-  return sorted(cells, key=lambda k: (heads.index(k[0]), ropes.index(k[1]) if k[1] in ropes else len(ropes), k[1]))
+  return sorted({_cell_key(g) for g in summary}, key=lambda k: (heads.index(k[0]), _rank(k[1]), _rank(k[2])))
 
 
-def _cell_style(summary: list[dict]) -> dict[tuple[str, str], tuple[str, str, str]]:
-  """(head, rope) -> (label, colour per cell, line style by RoPE), the same in every panel of a figure."""
+def _cell_label(head: str, rope: str, pointer_rope: str) -> str:
+  parts = [head] + ([] if rope == NO_ROPE else [_rope_label(rope)]) + [_pointer_label(pointer_rope)]
+  return ", ".join(p for p in parts if p)
+
+
+def _cell_style(summary: list[dict]) -> dict[tuple[str, str, str], tuple[str, str, str]]:
+  """(head, rope, pointer RoPE) -> (label, colour per cell, line style by RoPE), the same in every panel of a
+  figure."""
   out = {}
-  for i, (head, rope) in enumerate(_cell_order(summary)):
-    label = head if rope == NO_ROPE else f"{head}, {_rope_label(rope)}"
-    out[(head, rope)] = (label, CELL_COLOURS[i % len(CELL_COLOURS)], ROPE_STYLE.get(rope, ("", "", ":"))[2])
+  for i, key in enumerate(_cell_order(summary)):
+    out[key] = (_cell_label(*key), CELL_COLOURS[i % len(CELL_COLOURS)], ROPE_STYLE.get(key[1], ("", "", ":"))[2])
   return out
 
 
@@ -81,11 +107,12 @@ def _markers(summary: list[dict]) -> dict[str, str]:
   return {e: "osD^v"[i % 5] for i, e in enumerate(sorted({g["encoder"] for g in summary}))}
 
 
-def _cell_handles(plt, summary: list[dict]) -> list:
-  """Legend entries of the (head, rope) line styles."""
+def _cell_handles(plt, summary: list[dict], groups: list[dict] | None = None) -> list:
+  """Legend entries of the (head, rope, pointer RoPE) line styles of `groups` (default: every cell)."""
   style = _cell_style(summary)
+  drawn = {_cell_key(g) for g in (summary if groups is None else groups)}
   return [plt.Line2D([], [], color=style[k][1], linestyle=style[k][2], linewidth=2, label=style[k][0])
-          for k in _cell_order(summary)]
+          for k in _cell_order(summary) if k in drawn]
 
 
 _MARGIN_IN = 0.1  # inches kept free at the figure's edges and between the legend, the title and the panels
@@ -138,9 +165,11 @@ def _encoders(groups: list[dict]) -> str:
 
 
 def plot_f1(summary: list[dict], path: str | None = None):
-  """One panel per dataset: heads on the x axis, RoPE on/off side by side; bar = mean over seeds, dots = seeds.
+  """One panel per dataset: heads on the x axis (a head's relation cells once per pointer RoPE setting), RoPE
+  on/off side by side; bar = mean over seeds, dots = seeds.
 
-  Each panel shows test F1 when every group there has it, else dev F1 (named in the title). Returns the figure.
+  Each panel shows test F1 when every group there has it, else dev F1 (named in the title; "triple F1" when every
+  group there is task=relations). Returns the figure.
   """
   plt = _pyplot()
   datasets = _datasets(summary)
@@ -151,10 +180,10 @@ def plot_f1(summary: list[dict], path: str | None = None):
     groups = [g for g in summary if _panel(g) == ds]
     split = "test" if all(g["metrics"]["test F1"][0] is not None for g in groups) else "dev"
     slots = _head_order(groups)
-    several = len({e for e, _ in slots}) > 1
+    several = len({e for e, _, _ in slots}) > 1
     top = 0.0
     for x, slot in enumerate(slots):
-      cell = {g["rope"]: g for g in groups if (g["encoder"], g["head"]) == slot}
+      cell = {g["rope"]: g for g in groups if (g["encoder"], g["head"], _pointer(g)) == slot}
       ropes = _rope_order(cell)
       for i, rope in enumerate(ropes):
         g = cell[rope]
@@ -174,11 +203,14 @@ def plot_f1(summary: list[dict], path: str | None = None):
         ax.text(xb, 1.5, f"n={len(seeds)}", ha="center", va="bottom", fontsize=8, color="white", fontweight="bold")
         top = max(top, hi)
     ax.set_xticks(range(len(slots)))
-    ax.set_xticklabels([(f"{e}/{h}" if several else h).replace(" [", "\n[") for e, h in slots], fontsize=10)
+    ax.set_xticklabels([(f"{e}/{h}" if several else h).replace(" [", "\n[") + (f"\n{_pointer_label(p)}" if
+                                                                                 p != NO_ROPE else "")
+                        for e, h, p in slots], fontsize=10)
     ax.set_xlim(-0.6, len(slots) - 0.4)
     ax.set_ylim(0, min(105.0, max(10.0, top * 1.12)))
-    ax.set_title(f"{ds}: {split} F1 ({_encoders(groups)} encoder)", fontsize=11)
-    ax.set_ylabel(f"{split} F1 (%)", fontsize=10)
+    f1 = "triple F1" if all(g.get("task") == RELATIONS for g in groups) else "F1"
+    ax.set_title(f"{ds}: {split} {f1} ({_encoders(groups)} encoder)", fontsize=11)
+    ax.set_ylabel(f"{split} {f1} (%)", fontsize=10)
     ax.tick_params(axis="y", labelsize=9)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
@@ -199,20 +231,29 @@ def _gold_label(counts: list[int]) -> str:
   return f"{min(counts):,}" if min(counts) == max(counts) else f"{min(counts):,}-{max(counts):,}"
 
 
+def _has_by_length(g: dict) -> bool:
+  """Whether some run of the cell has dev F1 by entity length (relation runs have none)."""
+  return any((m["results"].get("dev") or {}).get("by_length") for m in g["members"])
+
+
 def plot_by_length(rows: list[dict], summary: list[dict], path: str | None = None):
   """One panel per dataset: dev F1 by gold entity length per head x RoPE cell (pooled over seeds). A bucket
-  without gold entities has no F1: no point, and no line through it. Tick labels give the gold entities per run."""
+  without gold entities has no F1: no point, and no line through it. Tick labels give the gold entities per run.
+  Cells without by_length (relation runs) are left out; None when no cell has it."""
+  with_lengths = [g for g in summary if _has_by_length(g)]
+  datasets = [ds for ds in _datasets(summary) if any(_panel(g) == ds for g in with_lengths)]
+  if not datasets:
+    return None
   plt = _pyplot()
-  datasets = _datasets(summary)
   fig, axes = _grid(plt, len(datasets), panel_w=6.4, panel_h=3.9)
-  buckets = length_buckets([m for g in summary for m in g["members"]])
+  buckets = length_buckets([m for g in with_lengths for m in g["members"]])
   xs = list(range(len(buckets)))
   style, markers = _cell_style(summary), _markers(summary)
   for ax, ds in zip(axes, datasets):
-    groups = [g for g in summary if _panel(g) == ds]
+    groups = [g for g in with_lengths if _panel(g) == ds]
     for g in groups:
       f1 = pooled_by_length(g["members"], buckets=buckets)
-      label, colour, ls = style[(g["head"], g["rope"])]
+      label, colour, ls = style[_cell_key(g)]
       ys = [100 * f1[b] if f1[b] is not None else float("nan") for b in buckets]
       ax.plot(xs, ys, marker=markers[g["encoder"]], markersize=4, color=colour, linestyle=ls, label=label)
     gold = gold_by_length([m for g in groups for m in g["members"]], buckets=buckets)
@@ -223,7 +264,7 @@ def plot_by_length(rows: list[dict], summary: list[dict], path: str | None = Non
     ax.set_xlabel("gold entity length (encoder tokens); gold entities per run", fontsize=10)
     ax.set_ylabel("dev F1 (%), pooled over seeds", fontsize=10)
     ax.grid(alpha=0.3)
-  _layout_with_legend(fig, _cell_handles(plt, summary))
+  _layout_with_legend(fig, _cell_handles(plt, summary, with_lengths))
   if path:
     _save(fig, path)
   return fig
@@ -240,8 +281,9 @@ def _history_curve(members: list[dict], unit: str) -> tuple[list[float], list[fl
 
 
 def plot_epochs(summary: list[dict], path: str | None = None):
-  """One panel per dataset with a dev history: dev F1 by epoch per head x RoPE cell, mean over seeds, band =
-  min..max. A panel is by step when some run there has no known steps per epoch. None when no run has one."""
+  """One panel per dataset with a dev history: dev F1 by epoch per head x RoPE (x pointer RoPE) cell, mean over
+  seeds, band = min..max. A panel is by step when some run there has no known steps per epoch. None when no run has
+  one."""
   datasets = [ds for ds in _datasets(summary) if any(m["history"] for g in summary if _panel(g) == ds
                                                        for m in g["members"])]
   if not datasets:
@@ -252,13 +294,13 @@ def plot_epochs(summary: list[dict], path: str | None = None):
   for ax, ds in zip(axes, datasets):
     groups = [g for g in summary if _panel(g) == ds and any(m["history"] for m in g["members"])]
     cells = _cell_order(summary)
-    groups.sort(key=lambda g: cells.index((g["head"], g["rope"])))
+    groups.sort(key=lambda g: cells.index(_cell_key(g)))
     by_epoch = all(h["epoch"] is not None for g in groups for m in g["members"] for h in m["history"])
     unit = "epoch" if by_epoch else "step"
     for g in groups:
       members = [m for m in g["members"] if m["history"]]
       xs, mean, lo, hi = _history_curve(members, unit)
-      label, colour, ls = style[(g["head"], g["rope"])]
+      label, colour, ls = style[_cell_key(g)]
       ax.plot(xs, mean, color=colour, linestyle=ls, marker=markers[g["encoder"]], markersize=3,
               label=f"{label} (n={len(members)})")
       if len(members) > 1:

@@ -19,6 +19,7 @@ MAX_DEPTH = 8
 PLAIN = "plain"  # run without training tricks
 SPAN, TAGGER = "span", "tagger"  # results.json head_kind
 NO_ROPE = "n/a"  # tagger heads have no RoPE; their config's use_rope is ignored
+ENTITIES, RELATIONS = "entities", "relations"  # config.task; configs from before relations existed are entity runs
 # Config keys that only say how a run logs, saves or is launched: they never make runs different cells.
 BOOKKEEPING_KEYS = frozenset({"progress_bar", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints",
                               "compilation_cache", "allow_config_change", "multihost", "coordinator_address",
@@ -185,10 +186,13 @@ def config_defaults(encoder) -> dict:
 def resolved_config(config: dict, results: dict | None = None, kind: str = SPAN) -> dict:
   """The run's config with flat keys, a key an older config.json lacks at today's default, model.dtype=auto as
   what it resolved to, and without the seed, the bookkeeping keys (BOOKKEEPING_KEYS) and, for tagger heads, the
-  use_rope they ignore. Runs with equal resolved configs are seeds of one cell."""
+  use_rope they ignore, for entity runs the model.pointer_rope they ignore. Runs with equal resolved configs are
+  seeds of one cell."""
   flat = {**config_defaults((config.get("model") or {}).get("encoder", "scratch")), **flatten(config)}
   flat["model.dtype"] = resolved_dtype(flat.get("model.dtype"), results)
-  for k in ("seed", *BOOKKEEPING_KEYS, *(["model.use_rope"] if kind == TAGGER else [])):
+  ignored = [*(["model.use_rope"] if kind == TAGGER else []),
+             *(["model.pointer_rope"] if task_of(config, results) == ENTITIES else [])]
+  for k in ("seed", *BOOKKEEPING_KEYS, *ignored):
     flat.pop(k, None)
   return flat
 
@@ -205,9 +209,15 @@ def _dict_or_none(value) -> dict | None:
   return value if isinstance(value, dict) else None
 
 
+def task_of(config: dict, results: dict | None) -> str:
+  """config.task ("entities" or "relations"), else results.json's task, else "entities" (older configs)."""
+  return config.get("task") or (results or {}).get("task") or ENTITIES
+
+
 def collect(roots) -> list[dict]:
-  """One dict per run folder: run, status, group key fields, results (None if absent), training length, history,
-  the resolved config (`resolved_config`) and the study (`study_of`)."""
+  """One dict per run folder: run, status, group key fields, task, pointer_rope (str of model.pointer_rope for
+  task=relations, "n/a" otherwise), results (None if absent), training length, history, the resolved config
+  (`resolved_config`) and the study (`study_of`)."""
   if isinstance(roots, str):
     roots = [roots]
   rows = []
@@ -222,6 +232,7 @@ def collect(roots) -> list[dict]:
       epochs, stopped = training_length(config, results, spe)
       history, source = dev_history(path, results, spe)
       resolved = resolved_config(config, results, kind)
+      task = task_of(config, results)
       rows.append({
           "run": rel if len(roots) == 1 else f"{str(root).rstrip('/')}/{rel}",
           "status": sweep.status_of(results),
@@ -229,6 +240,9 @@ def collect(roots) -> list[dict]:
           "encoder": model.get("encoder", "?"),
           "head": head,
           "rope": NO_ROPE if kind == TAGGER else model.get("use_rope", "?"),
+          "task": task,
+          "pointer_rope": (str(model.get("pointer_rope", resolved.get("model.pointer_rope", False)))
+                           if task == RELATIONS else NO_ROPE),
           "seed": config.get("seed"),
           "max_len": data.get("max_len", resolved.get("data.max_len") if config else None),
           "trick": trick_of(config),

@@ -12,9 +12,9 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from .. import sweep
-from .runs import NO_ROPE, PLAIN, config_defaults
+from .runs import NO_ROPE, PLAIN, RELATIONS, config_defaults
 
-GROUP_KEYS = ("dataset", "encoder", "head", "rope")  # and "max_len" when a dataset's runs differ in it (group_keys)
+GROUP_KEYS = ("dataset", "encoder", "head", "rope")  # and pointer_rope, max_len, trick when needed (group_keys)
 # (column, getter on results.json); F1/P/R are fractions in results.json and shown in %.
 METRICS = (
     ("dev F1", lambda r: (r.get("dev") or {}).get("f1")),
@@ -36,15 +36,18 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
 
 
 def group_keys(rows: list[dict]) -> tuple[str, ...]:
-  """GROUP_KEYS, plus "max_len" when finished runs of one dataset differ in it (e.g. length arms of a study), plus
-  "trick" when some finished run used training tricks (EMA, FGM, PGD: experiments/tricks.py)."""
+  """GROUP_KEYS, plus "pointer_rope" when some finished run is task=relations (model.pointer_rope; "n/a" for entity
+  runs), plus "max_len" when finished runs of one dataset differ in it (e.g. length arms of a study), plus "trick"
+  when some finished run used training tricks (EMA, FGM, PGD: experiments/tricks.py)."""
   lengths: dict[str, set] = {}
-  tricks = set()
+  tricks, tasks = set(), set()
   for row in rows:
     if row["status"] == sweep.FINISHED:
       lengths.setdefault(row["dataset"], set()).add(row.get("max_len"))
       tricks.add(row.get("trick", PLAIN))
-  return (GROUP_KEYS + (("max_len",) if any(len(v) > 1 for v in lengths.values()) else ())
+      tasks.add(row.get("task"))
+  return (GROUP_KEYS + (("pointer_rope",) if RELATIONS in tasks else ())
+          + (("max_len",) if any(len(v) > 1 for v in lengths.values()) else ())
           + (("trick",) if tricks - {PLAIN} else ()))
 
 
@@ -79,7 +82,7 @@ def variant_label(row: dict, keys: list[str]) -> str:
 def summarize(rows: list[dict]) -> list[dict]:
   """Finished runs grouped into cells: one cell per resolved config but the seed (runs.resolved_config), shown by
   `group_keys(rows)` plus, when runs shown alike differ in other keys, a "variant" naming those keys (non-default
-  values). Each: {key fields, [variant], config, head_kind, n, runs, members, metrics: {column: (mean, std,
+  values). Each: {key fields, [variant], config, head_kind, task, n, runs, members, metrics: {column: (mean, std,
   count)}, epochs: [per seed], stopped_early and best_at_end: [per seed, None = unknown], failed: [{run, seed}] of
   the failed runs of the same resolved config (never averaged; `cell_flags` names them)}."""
   keys = group_keys(rows)
@@ -102,7 +105,8 @@ def summarize(rows: list[dict]) -> list[dict]:
       values = [float(v) for v in (get(m["results"]) for m in members) if v is not None]
       metrics[col] = (*mean_std(values), len(values))
     out.append({**dict(zip(keys, shown)), **({"variant": variant_label(members[0], vkeys)} if vkeys else {}),
-                "config": members[0].get("config") or {}, "head_kind": members[0]["head_kind"], "n": len(members),
+                "config": members[0].get("config") or {}, "head_kind": members[0]["head_kind"],
+                "task": members[0].get("task"), "n": len(members),
                 "runs": [m["run"] for m in members], "members": members, "metrics": metrics,
                 "epochs": [m["epochs"] for m in members if m["epochs"] is not None],
                 "stopped_early": [m["stopped_early"] for m in members],
@@ -121,13 +125,16 @@ def failed_cells(rows: list[dict], summary: list[dict]) -> list[tuple[str, list[
     key = _js(row.get("config") or {})
     if row["status"] == sweep.FAILED and key not in known:
       out.setdefault(key, []).append(row)
-  shown = lambda r: {"head": r["head"], "rope": str(r["rope"]), "trick": r.get("trick", PLAIN)}  # noqa: E731
+  shown = lambda r: {"head": r["head"], "rope": str(r["rope"]), "trick": r.get("trick", PLAIN),  # noqa: E731
+                     "pointer_rope": r.get("pointer_rope", NO_ROPE)}
   return [(f"{runs[0]['dataset']}, {runs[0]['encoder']}, {cell_name(shown(runs[0]))}", runs) for runs in out.values()]
 
 
 def cell_name(g: dict) -> str:
-  """A cell as the report names it: head, RoPE, then the tricks, max_len and variant that tell it apart."""
+  """A cell as the report names it: head, RoPE, then the pointer RoPE (relation runs), tricks, max_len and variant
+  that tell it apart."""
   parts = [g["head"] if g["rope"] == NO_ROPE else f"{g['head']}, {_rope_name(g['rope'])}"]
+  parts += [_pointer_name(g["pointer_rope"])] if g.get("pointer_rope", NO_ROPE) != NO_ROPE else []
   parts += [g["trick"]] if g.get("trick", PLAIN) != PLAIN else []
   parts += [f"max_len {g['max_len']}"] if "max_len" in g else []
   return ", ".join(parts) + (f" [{g['variant']}]" if g.get("variant") else "")
@@ -195,6 +202,7 @@ INFLUENCE_K = 5  # records left out of both cells by the influence check (--infl
 SHARE_TOPS = (1, 5, 10)  # the influence table's share of the difference carried by the top 1, 5, 10 records
 # Config keys a comparison's two cells may differ in (prefixes); any other difference skips the comparison.
 ROPE_KEYS = ("model.use_rope",)
+POINTER_ROPE_KEYS = ("model.pointer_rope",)
 HEAD_KEYS = ("model.head", "model.use_rope")
 TRICK_KEYS = ("adversarial.", "optimizer.ema_decay", "optimizer.ema_warmup")
 LENGTH_KEYS = ("data.max_len", "data.buckets", "data.stride")
@@ -343,19 +351,40 @@ def _rope_name(rope: str) -> str:
   return "RoPE" if rope == "True" else "no RoPE"
 
 
+def _pointer_name(pointer_rope: str) -> str:
+  return "pointer RoPE" if pointer_rope == "True" else "no pointer RoPE"
+
+
+def _switch_order(value: str) -> tuple:
+  """"True", "False", "n/a", then any other value: the order of RoPE and pointer RoPE settings."""
+  order = ("True", "False", NO_ROPE)
+  return (order.index(value) if value in order else len(order), value)
+
+
 def _comparisons(summary: list[dict]) -> list[tuple[dict, dict, str, tuple[str, ...]]]:
   """`comparisons`, each with the config key prefixes its two cells may differ in."""
-  cells = {(_context(g), g["head"], g["rope"], g.get("trick", PLAIN), g.get("variant", "")): g for g in summary}
+  cells = {(_context(g), g["head"], g["rope"], g.get("trick", PLAIN), g.get("pointer_rope", NO_ROPE),
+            g.get("variant", "")): g for g in summary}
   out = []
-  for ctx, variant in sorted({(c, v) for c, _, _, _, v in cells}, key=lambda cv: tuple(map(str, cv))):
-    heads = sorted({h for (c, h, _, t, v) in cells if (c, v) == (ctx, variant) and t == PLAIN})
-    pairs = [((h, "True", PLAIN), (h, "False", PLAIN), f"RoPE on vs off ({h})", ROPE_KEYS) for h in heads]
-    pairs += [(("standard", "True", PLAIN), ("crf", "n/a", PLAIN), "GP vs CRF (GP with RoPE)", HEAD_KEYS)]
-    pairs += [(("efficient", r, PLAIN), ("standard", r, PLAIN), f"EGP vs GP ({_rope_name(r)})", HEAD_KEYS[:1])
-              for r in ("True", "False")]
-    pairs += [((h, r, t), (h, r, PLAIN), f"{t} vs plain ({h}, {_rope_name(r)})", TRICK_KEYS)
-              for (c, h, r, t, v) in sorted(cells, key=lambda k: tuple(map(str, k)))
-              if (c, v) == (ctx, variant) and t != PLAIN]
+  for ctx, variant in sorted({(k[0], k[-1]) for k in cells}, key=lambda cv: tuple(map(str, cv))):
+    here = sorted((k[1:-1] for k in cells if (k[0], k[-1]) == (ctx, variant)), key=lambda k: tuple(map(str, k)))
+    pairs = []
+    for pr in sorted({p for *_, p in here}, key=_switch_order):  # entity runs: "n/a" only, names as before
+      pt = "" if pr == NO_ROPE else f", {_pointer_name(pr)}"
+      heads = sorted({h for (h, _, t, p) in here if t == PLAIN and p == pr})
+      pairs += [((h, "True", PLAIN, pr), (h, "False", PLAIN, pr), f"RoPE on vs off ({h}{pt})", ROPE_KEYS)
+                for h in heads]
+      pairs += [(("standard", "True", PLAIN, pr), ("crf", NO_ROPE, PLAIN, pr), f"GP vs CRF (GP with RoPE{pt})",
+                 HEAD_KEYS)]
+      pairs += [(("efficient", r, PLAIN, pr), ("standard", r, PLAIN, pr), f"EGP vs GP ({_rope_name(r)}{pt})",
+                 HEAD_KEYS[:1]) for r in ("True", "False")]
+      pairs += [((h, r, t, pr), (h, r, PLAIN, pr), f"{t} vs plain ({h}, {_rope_name(r)}{pt})", TRICK_KEYS)
+                for (h, r, t, p) in here if p == pr and t != PLAIN]
+    pointer = sorted({(h, r) for (h, r, t, p) in here if t == PLAIN and p == "True"},
+                     key=lambda hr: (hr[0], _switch_order(hr[1])))
+    pairs += [((h, r, PLAIN, "True"), (h, r, PLAIN, "False"),
+               f"pointer RoPE on vs off ({h}{'' if r == NO_ROPE else ', ' + _rope_name(r)})", POINTER_ROPE_KEYS)
+              for h, r in pointer]
     suffix = f" [{variant}]" if variant else ""
     out += [(cells[(ctx, *a, variant)], cells[(ctx, *b, variant)], what + suffix, keys) for a, b, what, keys in pairs
             if (ctx, *a, variant) in cells and (ctx, *b, variant) in cells]
@@ -365,7 +394,9 @@ def _comparisons(summary: list[dict]) -> list[tuple[dict, dict, str, tuple[str, 
 def comparisons(summary: list[dict]) -> list[tuple[dict, dict, str]]:
   """(group A, group B, what) for the study's comparisons, within one dataset x encoder (x max_len) and variant:
   RoPE on vs off per head; GP (standard head, with RoPE) vs CRF; EGP (efficient) vs GP with and without RoPE (all
-  among runs without tricks); and each training trick against the plain runs of the same head and RoPE."""
+  among runs without tricks); and each training trick against the plain runs of the same head and RoPE. Relation
+  runs (task=relations) make these among cells of equal pointer RoPE (named with it, e.g. "RoPE on vs off
+  (efficient, no pointer RoPE)"), plus pointer RoPE on vs off per head and RoPE (model.pointer_rope only)."""
   return [(a, b, what) for a, b, what, _ in _comparisons(summary)]
 
 

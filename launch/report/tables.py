@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from .. import sweep
+from .runs import RELATIONS
 from .stats import (ALPHA, BOOTSTRAP_RESAMPLES, INFLUENCE_K, METRICS, SHARE_TOPS, cell_flags, compare, failed_cells,
                     length_buckets, pooled_by_length, summarize)
 
@@ -23,16 +24,18 @@ def fmt_cell(col: str, mean, std, count: int, n: int) -> str:
 
 def _key_cells(g: dict) -> list[str]:
   return [g["dataset"], g["encoder"], *([g["max_len"]] if "max_len" in g else []), g["head"], g["rope"],
-          *([g["trick"]] if "trick" in g else []), *([g["variant"] or "-"] if "variant" in g else []), str(g["n"])]
+          *([g["pointer_rope"]] if "pointer_rope" in g else []), *([g["trick"]] if "trick" in g else []),
+          *([g["variant"] or "-"] if "variant" in g else []), str(g["n"])]
 
 
 def _key_header(summary: list[dict]) -> list[str]:
-  """Column names of `_key_cells`: max_len only when the groups are split by it, variant when cells shown alike
-  differ in other config keys."""
+  """Column names of `_key_cells`: pointer RoPE only when relation runs are present, max_len only when the groups
+  are split by it, variant when cells shown alike differ in other config keys."""
+  pointer = ["pointer RoPE"] if any("pointer_rope" in g for g in summary) else []
   max_len = ["max_len"] if any("max_len" in g for g in summary) else []
   trick = ["tricks"] if any("trick" in g for g in summary) else []
   variant = ["variant (non-default keys)"] if any("variant" in g for g in summary) else []
-  return ["dataset", "encoder", *max_len, "head", "RoPE", *trick, *variant, "n"]
+  return ["dataset", "encoder", *max_len, "head", "RoPE", *pointer, *trick, *variant, "n"]
 
 
 def _row(cells) -> str:
@@ -53,6 +56,19 @@ def groups_table(summary: list[dict]) -> str:
     cells += [f"**flagged**: {'; '.join(flags[id(g)])}" if flags[id(g)] else "ok"] if check else []
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
+
+
+def relations_note(summary: list[dict]) -> str:
+  """What F1 means for relation cells (task=relations): triple F1 in the form results.json's "match" names; "" when
+  there is none."""
+  cells = [g for g in summary if g.get("task") == RELATIONS]
+  if not cells:
+    return ""
+  forms = sorted({str((m["results"].get(split) or {}).get("match")) for g in cells for m in g["members"]
+                  for split in ("dev", "test") if (m["results"].get(split) or {}).get("match")})
+  form = f" ({' / '.join(forms)} form: results.json's match)" if forms else ""
+  return (f"Relation cells (task=relations; RoPE: the entity pointer's, pointer RoPE: the head and tail pointers'): "
+          f"F1, P and R are of (subject, relation, object) triples{form}, here and in the comparisons below.")
 
 
 def unfinished_table(rows: list[dict]) -> str:
@@ -248,6 +264,8 @@ def skipped_lines(skipped: list[dict], studies=None) -> list[str]:
 def markdown(rows: list[dict], summary: list[dict], *, influence_k: int = INFLUENCE_K,
              resamples: int = BOOTSTRAP_RESAMPLES) -> str:
   parts = ["## Finished runs (mean ± sample std over seeds; F1/P/R in %)", "", groups_table(summary)]
+  note = relations_note(summary)
+  parts += ["", note] if note else []
   lost = failed_cells(rows, summary)
   if lost:
     parts += ["", "**Flagged**: cells with no finished run (every run failed; see Not finished):", "",
