@@ -38,6 +38,7 @@ def get_config(arg=None, dataset="webnlg_star"):
 
 
 def get_sweep(arg=None):
-  """The relations study: RoPE on the head/tail pointers x on the entity pointer, efficient head, 3 seeds."""
+  """The relations study: RoPE on the head/tail pointers x on the entity pointer, efficient head, 3 seeds.
+  Seed-major: every cell gets a first result before any second seed runs (a partly run study compares them all)."""
   return [{"config.model.pointer_rope": p, "config.model.use_rope": e, "config.seed": s}
-          for p in (False, True) for e in (True, False) for s in (0, 1, 2)]
+          for s in (0, 1, 2) for p in (False, True) for e in (True, False)]
