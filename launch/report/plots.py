@@ -8,7 +8,7 @@ import statistics
 from etils import epath
 
 from .runs import NO_ROPE, PLAIN, RELATIONS, TAGGER
-from .stats import gold_by_length, length_buckets, pooled_by_length
+from .stats import gold_by_length, length_buckets, pointer_name, pooled_by_length, setting_order
 
 ROPE_STYLE = {  # rope -> (label, bar colour, line style)
     "True": ("RoPE", "tab:blue", "-"),
@@ -53,26 +53,20 @@ def _pointer(g: dict) -> str:
 
 
 def _pointer_label(pointer_rope: str) -> str:
-  return "" if pointer_rope == NO_ROPE else "pointer RoPE" if pointer_rope == "True" else "no pointer RoPE"
-
-
-def _rank(rope: str) -> tuple:
-  """Order of RoPE (and pointer RoPE) settings: on, off, n/a, then others."""
-  order = list(ROPE_STYLE)
-  return (order.index(rope) if rope in order else len(order), rope)
+  return "" if pointer_rope == NO_ROPE else pointer_name(pointer_rope)
 
 
 def _head_order(groups: list[dict]) -> list[tuple[str, str, str]]:
   """(encoder, head, pointer RoPE) slots: span heads first, then taggers, each alphabetical, pointer RoPE first."""
   def key(slot):
     tagger = any(g["head_kind"] == TAGGER for g in groups if (g["encoder"], g["head"], _pointer(g)) == slot)
-    return tagger, slot[:2], _rank(slot[2])
+    return tagger, slot[:2], setting_order(slot[2])
 
   return sorted({(g["encoder"], g["head"], _pointer(g)) for g in groups}, key=key)
 
 
 def _rope_order(ropes) -> list[str]:
-  return sorted(ropes, key=_rank)
+  return sorted(ropes, key=setting_order)
 
 
 def _cell_key(g: dict) -> tuple[str, str, str]:
@@ -85,7 +79,7 @@ def _cell_order(summary: list[dict]) -> list[tuple[str, str, str]]:
   heads = []
   for _, head, _ in _head_order(summary):
     heads += [head] if head not in heads else []
-  return sorted({_cell_key(g) for g in summary}, key=lambda k: (heads.index(k[0]), _rank(k[1]), _rank(k[2])))
+  return sorted({_cell_key(g) for g in summary}, key=lambda k: (heads.index(k[0]), setting_order(k[1]), setting_order(k[2])))
 
 
 def _cell_label(head: str, rope: str, pointer_rope: str) -> str:

@@ -134,7 +134,7 @@ def cell_name(g: dict) -> str:
   """A cell as the report names it: head, RoPE, then the pointer RoPE (relation runs), tricks, max_len and variant
   that tell it apart."""
   parts = [g["head"] if g["rope"] == NO_ROPE else f"{g['head']}, {_rope_name(g['rope'])}"]
-  parts += [_pointer_name(g["pointer_rope"])] if g.get("pointer_rope", NO_ROPE) != NO_ROPE else []
+  parts += [pointer_name(g["pointer_rope"])] if g.get("pointer_rope", NO_ROPE) != NO_ROPE else []
   parts += [g["trick"]] if g.get("trick", PLAIN) != PLAIN else []
   parts += [f"max_len {g['max_len']}"] if "max_len" in g else []
   return ", ".join(parts) + (f" [{g['variant']}]" if g.get("variant") else "")
@@ -351,11 +351,11 @@ def _rope_name(rope: str) -> str:
   return "RoPE" if rope == "True" else "no RoPE"
 
 
-def _pointer_name(pointer_rope: str) -> str:
+def pointer_name(pointer_rope: str) -> str:
   return "pointer RoPE" if pointer_rope == "True" else "no pointer RoPE"
 
 
-def _switch_order(value: str) -> tuple:
+def setting_order(value: str) -> tuple:
   """"True", "False", "n/a", then any other value: the order of RoPE and pointer RoPE settings."""
   order = ("True", "False", NO_ROPE)
   return (order.index(value) if value in order else len(order), value)
@@ -369,8 +369,8 @@ def _comparisons(summary: list[dict]) -> list[tuple[dict, dict, str, tuple[str, 
   for ctx, variant in sorted({(k[0], k[-1]) for k in cells}, key=lambda cv: tuple(map(str, cv))):
     here = sorted((k[1:-1] for k in cells if (k[0], k[-1]) == (ctx, variant)), key=lambda k: tuple(map(str, k)))
     pairs = []
-    for pr in sorted({p for *_, p in here}, key=_switch_order):  # entity runs: "n/a" only, names as before
-      pt = "" if pr == NO_ROPE else f", {_pointer_name(pr)}"
+    for pr in sorted({p for *_, p in here}, key=setting_order):  # entity runs: "n/a" only, names as before
+      pt = "" if pr == NO_ROPE else f", {pointer_name(pr)}"
       heads = sorted({h for (h, _, t, p) in here if t == PLAIN and p == pr})
       pairs += [((h, "True", PLAIN, pr), (h, "False", PLAIN, pr), f"RoPE on vs off ({h}{pt})", ROPE_KEYS)
                 for h in heads]
@@ -381,7 +381,7 @@ def _comparisons(summary: list[dict]) -> list[tuple[dict, dict, str, tuple[str, 
       pairs += [((h, r, t, pr), (h, r, PLAIN, pr), f"{t} vs plain ({h}, {_rope_name(r)}{pt})", TRICK_KEYS)
                 for (h, r, t, p) in here if p == pr and t != PLAIN]
     pointer = sorted({(h, r) for (h, r, t, p) in here if t == PLAIN and p == "True"},
-                     key=lambda hr: (hr[0], _switch_order(hr[1])))
+                     key=lambda hr: (hr[0], setting_order(hr[1])))
     pairs += [((h, r, PLAIN, "True"), (h, r, PLAIN, "False"),
                f"pointer RoPE on vs off ({h}{'' if r == NO_ROPE else ', ' + _rope_name(r)})", POINTER_ROPE_KEYS)
               for h, r in pointer]
