@@ -215,7 +215,7 @@ def triple_match(config) -> str:
 def task_of(config):
   """The task object of `config` (`gp_jax.tasks`)."""
   name = task_name(config)
-  return tasks.get(name, **({"match": triple_match(config)} if name == "relations" else {}))
+  return tasks.get(name)(**({"match": triple_match(config)} if name == "relations" else {}))
 
 
 def tag_scheme(config) -> str | None:

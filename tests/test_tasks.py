@@ -30,7 +30,7 @@ def records(n=40, seed=3):
 
 
 def prepare(recs, max_len):
-  task = tasks.get("relations")
+  task = tasks.get("relations")()
   rel = relation_types(train=recs, dev=[], test=[])
   return task, task.prepare(recs, CharTok(), list(TYPES), rel, name="t", max_len=max_len, stride=8)
 
@@ -166,8 +166,8 @@ def test_run_spec_resolves_the_task_and_refuses_what_relations_cannot_train():
   spec = factory.run_spec(ht.tiny_config(task="relations"))
   assert (spec.task, spec.triple_match) == ("relations", "boundaries")
   assert factory.run_spec(ht.tiny_config(task="relations", **{"data.name": "casrel"})).triple_match == "string"
-  assert isinstance(tasks.of(spec), tasks.RelationTask) and isinstance(tasks.of(factory.run_spec(ht.tiny_config())),
-                                                                       tasks.EntityTask)
+  assert isinstance(tasks.of(spec), tasks.get("relations")) and isinstance(tasks.of(factory.run_spec(ht.tiny_config())),
+                                                                       tasks.get("entities"))
   with pytest.raises(UserError, match="task='events'"):
     factory.run_spec(ht.tiny_config(task="events"))
   with pytest.raises(UserError, match="tagger"):
@@ -224,7 +224,7 @@ def test_roles_hold_on_role_typed_corpora_only(types):
   recs = [{"id": "r", "text": "Ab_likes_XY", "entities": [
       {"start": 0, "end": 2, "type": first}, {"start": 9, "end": 11, "type": second}],
            "relations": [{"head": 0, "tail": 1, "type": "likes"}]}]
-  task = tasks.get("relations")
+  task = tasks.get("relations")()
   p = task.prepare(recs, CharTok(), list(types), ("likes",), name="t", max_len=32, stride=8)
   batch = next(iter(batching.eval_batches(p, batch_size=2, buckets=(), targets=task.batch_targets)))
   (ne, ent, es), (nh, head, hs), (nt, tail, ts), window_B = gold_window_out(p, batch["window_index"])

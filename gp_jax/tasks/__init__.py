@@ -1,27 +1,35 @@
-"""What differs between tasks, one object per task (docs/tasks.md): `get(name)` is the one place a task is chosen.
+"""The task registry (docs/tasks.md): the one place that knows the task names.
 
-The shared path (train.py, steps, aot, evaluate, predict) calls the object; none of them branch on its name.
+Adding a task = one folder `gp_jax/tasks/<name>/` + its name in `NAMES`. Nothing is imported eagerly (no flax here:
+serving imports the registry to reach a task's host half).
 """
 
 from __future__ import annotations
 
-from gp_jax.tasks.entities import EntityTask
-from gp_jax.tasks.relations import RelationTask
+import importlib
 
-TASKS = {"entities": EntityTask, "relations": RelationTask}
-NAMES = tuple(TASKS)
+NAMES = ("entities", "relations")
 
 
-def get(name: str, **options):
-  """The task object of `name` ("entities" | "relations"); `options` as its class takes them (relations: match)."""
-  if name not in TASKS:
+def _checked(name: str) -> str:
+  if name not in NAMES:
     raise ValueError(f"task must be one of {NAMES}, got {name!r}")
-  return TASKS[name](**options)
+  return name
+
+
+def get(name: str):
+  """The task class of `name` (`gp_jax.tasks.<name>.TASK`)."""
+  return importlib.import_module(f"gp_jax.tasks.{_checked(name)}").TASK
 
 
 def of(spec):
-  """The task of a run spec (`factory.RunSpec`)."""
-  return get(spec.task, **({"match": spec.triple_match} if spec.task == "relations" else {}))
+  """The task object of a run spec (`factory.RunSpec`): the one constructor."""
+  return get(spec.task).from_spec(spec)
 
 
-__all__ = ["TASKS", "NAMES", "get", "of", "EntityTask", "RelationTask"]
+def host(name: str):
+  """The host half of task `name` (`gp_jax.tasks.<name>.host`: numpy, gp_jax.data and gp_jax.ops only)."""
+  return importlib.import_module(f"gp_jax.tasks.{_checked(name)}.host")
+
+
+__all__ = ["NAMES", "get", "of", "host"]

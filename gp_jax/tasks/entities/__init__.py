@@ -10,9 +10,6 @@ import numpy as np
 
 from gp_jax.data import merge, windows
 from gp_jax.metrics import per_record_counts, span_prf
-from gp_jax.models.heads import HEADS
-from gp_jax.models.ner import NerModel
-from gp_jax.models.taggers import TAGGERS
 
 LENGTH_BUCKETS = (("1", 1, 1), ("2", 2, 2), ("3-4", 3, 4), ("5-8", 5, 8), ("9+", 9, None))
 RESULT_KEYS = ("precision", "recall", "f1", "tp", "pred", "gold")
@@ -60,6 +57,10 @@ class EntityTask:
   name = "entities"
   threshold_refusal = None  # tune_threshold applies (span heads)
 
+  @classmethod
+  def from_spec(cls, spec) -> EntityTask:
+    return cls()
+
   def relation_types(self, *, train, dev, test):
     """The task's label space beyond the entity types: none (None: prepare splits without relations)."""
     return None
@@ -79,6 +80,10 @@ class EntityTask:
   def build_model(self, encoder, *, head: str, num_types: int, num_relations: int, feature_names, tag_scheme: str,
                   loss_implementation: str, head_size: int, use_rope: bool, pointer_rope: bool,
                   max_span_width, dtype, rngs):
+    from gp_jax.models.heads import HEADS  # the model side imports flax here only (the host half imports this file)
+    from gp_jax.models.ner import NerModel
+    from gp_jax.models.taggers import TAGGERS
+
     if head in TAGGERS:
       module = TAGGERS[head](encoder.hidden_size, num_types, scheme=tag_scheme, dtype=dtype, rngs=rngs)
     elif head in HEADS:
@@ -134,4 +139,6 @@ class EntityTask:
     return {}
 
 
-__all__ = ["EntityTask", "LENGTH_BUCKETS", "by_length", "token_lengths", "flat_result", "grown_size"]
+TASK = EntityTask
+
+__all__ = ["TASK", "EntityTask", "LENGTH_BUCKETS", "by_length", "token_lengths", "flat_result", "grown_size"]

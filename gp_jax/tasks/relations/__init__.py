@@ -19,10 +19,7 @@ from gp_jax.data import merge
 from gp_jax.data.sources import relation_types as union_relation_types
 from gp_jax.data.windows import _ranges
 from gp_jax.metrics import per_record_counts, span_prf, triple_prf
-from gp_jax.models.gplinker import GPLinkerHead
-from gp_jax.models.heads import HEADS
-from gp_jax.models.ner import RelationModel
-from gp_jax.ops.relations import grown_sizes
+from gp_jax.tasks.base import grown_sizes
 # The host side lives in serving_relations (no flax: an exported folder's predictor uses it too).
 from gp_jax.serving_relations import MAX_CANDIDATES_PER_ROW, bounded_rows  # noqa: F401
 from gp_jax.tasks.entities import RESULT_KEYS
@@ -93,6 +90,10 @@ class RelationTask:
       raise ValueError(f"match must be one of {MATCHES}, got {match!r}")
     self.match = match
 
+  @classmethod
+  def from_spec(cls, spec) -> RelationTask:
+    return cls(match=spec.triple_match)
+
   def relation_types(self, *, train, dev, test):
     return union_relation_types(train=train, dev=dev, test=test)
 
@@ -114,6 +115,10 @@ class RelationTask:
   def build_model(self, encoder, *, head: str, num_types: int, num_relations: int, feature_names, tag_scheme: str,
                   loss_implementation: str, head_size: int, use_rope: bool, pointer_rope: bool,
                   max_span_width, dtype, rngs):
+    from gp_jax.models.gplinker import GPLinkerHead  # the model side imports flax here only (see entities)
+    from gp_jax.models.heads import HEADS
+    from gp_jax.models.ner import RelationModel
+
     if head not in HEADS:
       raise ValueError(f"task=relations: model.head must be one of {sorted(HEADS)}, got {head!r}")
     module = GPLinkerHead(encoder.hidden_size, num_types, num_relations, head_size=head_size,
@@ -223,8 +228,12 @@ class RelationTask:
 
   def resolved_choices(self) -> dict:
     """The head and tail pointers' loss path (the blockwise plan covers the upper triangle only)."""
+    from gp_jax.models.gplinker import GPLinkerHead
+
     return {"pointer_loss": GPLinkerHead.pointer_loss_path}
 
 
-__all__ = ["RelationTask", "relation_targets", "bounded_rows", "overlap_kind", "save_relation_types",
+TASK = RelationTask
+
+__all__ = ["TASK", "RelationTask", "relation_targets", "bounded_rows", "overlap_kind", "save_relation_types",
            "load_relation_types", "MATCHES", "MAX_CANDIDATES_PER_ROW", "RELATION_TYPES_FILE"]

@@ -1,0 +1,36 @@
+"""What every task shares (docs/tasks.md, "The interface"): the hit-buffer growth rule and the trimming of a buffer.
+
+NumPy only: the host halves (`gp_jax.tasks.<name>.host`), serving and the ops import it without flax.
+
+A task provides (the shared path calls nothing else):
+  model side (`gp_jax.tasks.<name>`): `from_spec(spec)`, `options(config, conventions)`, `config_refusal(config)`,
+  `labels(train=, dev=, test=)`, `save_labels(workdir, labels)`, `load_labels(workdir)`, `prepare(...)`,
+  `batch_targets`, `target_shapes(labels, *, num_types, batch, length)`, `build_model(encoder, spec, labels, ...)`,
+  `initial_hits(batch) -> tuple`, `hit_counts(out) -> tuple`, `window_hits`, `concat_hits`, `assemble`, `score`,
+  `final_fields`, `result_lines`, `resolved_choices`, `threshold_refusal`;
+  host side (`gp_jax.tasks.<name>.host`): what export and serving call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def grown_sizes(sizes: tuple, counts: tuple) -> tuple[int, ...]:
+  """Hit-buffer sizes that hold `counts` hits: each size below its count grows to the next power of two (few
+  compiles), the others stay."""
+  return tuple(size if int(count) <= size else 1 << (int(count) - 1).bit_length()
+               for size, count in zip(sizes, counts, strict=True))
+
+
+def trimmed(hits) -> tuple[np.ndarray, np.ndarray]:
+  """One hit buffer (count, coords, scores) -> host (coords, scores) cut to count; a count above the buffer is
+  refused (hits were cut: decode again with a grown buffer)."""
+  count, coords, scores = hits
+  count, coords, scores = int(count), np.asarray(coords), np.asarray(scores)
+  if count > len(coords):
+    raise ValueError(f"{count} hits in a buffer of {len(coords)}: decode again with a buffer of at least {count}")
+  return coords[:count], scores[:count]
+
+
+__all__ = ["grown_sizes", "trimmed"]
