@@ -1,9 +1,10 @@
-"""Readers for user files: JSON lines and CoNLL-style columns -> Records (see types.py).
+"""Readers for user files: the shared base (DataError, ReadReport, line decoding) and CoNLL-style columns.
 
-Both return a `Records` list carrying a `ReadReport`: records kept, records skipped by
-reason (lenient mode), tag repairs (see tags.py). With strict=True the first bad record
-raises `DataError` naming the file, the line and what was expected. JSON lines may carry
-relations (`merge_relations`); the CasRel triple format is read by `gp_jax.data.relations`.
+JSON lines (entities, relations, events; CLUENER) live in `gp_jax.data.jsonl` and are importable from here:
+`from gp_jax.data.readers import read_jsonl` (re-exported lazily, as jsonl.py imports this module's base).
+Every reader returns a `Records` list carrying a `ReadReport`: records kept, records skipped by reason (lenient
+mode), tag repairs (see tags.py). With strict=True the first bad record raises `DataError` naming the file, the
+line and what was expected. The CasRel triple format is read by `gp_jax.data.relations`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import codecs
 import collections
 import dataclasses
 import io
-import json
 import logging
 import os
 import re
@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from gp_jax.data import tags as tags_lib
 from gp_jax.errors import UserError
-from gp_jax.data.types import Entity, Record, Relation
+from gp_jax.data.types import Entity, Record
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,10 @@ class ReadReport:
   relations: int = 0  # relations kept (records with "relations" only)
   merged: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # duplicate_entity, ...
   alignments: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # CasRel: unique, ...
+  events: int = 0  # events kept (records with "events" only)
+  arguments: int = 0  # their arguments, triggers not included
+  # What an event read changed or left out, by kind: repeated_argument, repeated_event, a corpus's attributes...
+  event_notes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
   max_errors = 5
 
@@ -71,12 +75,20 @@ class ReadReport:
   def has_relations(self) -> bool:
     return bool(self.relations or self.merged or self.alignments)
 
+  @property
+  def has_events(self) -> bool:
+    return bool(self.events or self.event_notes)
+
   def summary(self) -> str:
     s = f"{self.path}: {self.records} records, {self.entities} entities"
     if self.has_relations:
       s += f", {self.relations} relations, merged {dict(self.merged)}"
       if self.alignments:
         s += f", alignments {dict(self.alignments)}"
+    if self.has_events:
+      s += f", {self.events} events ({self.arguments} arguments)"
+      if self.event_notes:
+        s += f", event notes {dict(self.event_notes)}"
     if self.scheme:
       s += f", scheme {self.scheme}"
     if self.joiner is not None:
@@ -89,6 +101,8 @@ class ReadReport:
     """Counts what a read kept, logs the summary, and returns `records` carrying this report."""
     self.records, self.entities = len(records), sum(len(r["entities"]) for r in records)
     self.relations = sum(len(r.get("relations", ())) for r in records)
+    self.events = sum(len(r.get("events", ())) for r in records)
+    self.arguments = sum(len(e["arguments"]) for r in records for e in r.get("events", ()))
     self.log()
     return Records(records, self)
 
@@ -105,6 +119,8 @@ class ReadReport:
     }
     if self.has_relations:  # entity reads keep their keys
       out.update(relations=self.relations, merged=dict(self.merged), alignments=dict(self.alignments))
+    if self.has_events:  # likewise
+      out.update(events=self.events, arguments=self.arguments, event_notes=dict(self.event_notes))
     return out
 
 
@@ -119,7 +135,7 @@ class Records(list):
 PathOrFile = str | os.PathLike | TextIO
 
 
-def _open(source: PathOrFile, name: str | None) -> tuple[Any, str, bool]:
+def open_source(source: PathOrFile, name: str | None) -> tuple[Any, str, bool]:
   """-> (file, name for messages, whether we opened it); a path is opened in binary for `text_lines`."""
   if isinstance(source, (str, os.PathLike)):
     return open(source, "rb"), name or os.fspath(source), True
@@ -172,194 +188,15 @@ def check_entities(text: str, entities: Sequence[Entity], *, where: str, line: i
                       reason="span_out_of_range")
 
 
-# --- JSON lines ---------------------------------------------------------------------------
+_JSONL_NAMES = ("read_jsonl", "merge_relations")  # defined in jsonl.py, importable from here
 
 
-def _int(value: Any, what: str, where: str, line: int) -> int:
-  if isinstance(value, bool) or not isinstance(value, int):
-    raise DataError(where, line, f"{what} is {value!r}: expected an integer", reason="bad_value")
-  return value
-
-
-def _record_entities(obj: dict, text: str, where: str, line: int, *, untyped: bool = False) -> list[Entity]:
-  """Record format: "entities": [{"start", "end", "type", optional "text"}], end exclusive; `untyped` (a record
-  with relations): "type" may be "" or absent (then "")."""
-  raw = obj["entities"]
-  if not isinstance(raw, list):
-    raise DataError(where, line, f'"entities" is {type(raw).__name__}: expected a list', reason="bad_value")
-  out = []
-  required = ("start", "end") if untyped else ("start", "end", "type")
-  for k, e in enumerate(raw):
-    if not isinstance(e, dict):
-      raise DataError(where, line, f"entity #{k} is {type(e).__name__}: expected an object", reason="bad_value")
-    missing = [key for key in required if key not in e]
-    if missing:
-      raise DataError(where, line, f"entity #{k} lacks {missing}: expected keys {', '.join(required)}",
-                      reason="missing_key")
-    ent = Entity(start=_int(e["start"], f"entity #{k} start", where, line),
-                 end=_int(e["end"], f"entity #{k} end", where, line), type=e.get("type", ""))
-    check_entities(text, [ent], where=where, line=line, allow_untyped=untyped)
-    if "text" in e and text[ent["start"]:ent["end"]] != e["text"]:
-      raise DataError(where, line, f"entity #{k} text {e['text']!r} != text[{ent['start']}:{ent['end']}] "
-                      f"{text[ent['start']:ent['end']]!r}", reason="entity_text_mismatch")
-    out.append(ent)
-  return out
-
-
-def _record_relations(obj: dict, num_entities: int, where: str, line: int) -> list[Relation]:
-  """"relations": [{"head", "tail", "type"}], head and tail indexing the record's "entities"."""
-  raw = obj["relations"]
-  if not isinstance(raw, list):
-    raise DataError(where, line, f'"relations" is {type(raw).__name__}: expected a list', reason="bad_value")
-  out = []
-  for k, r in enumerate(raw):
-    if not isinstance(r, dict):
-      raise DataError(where, line, f"relation #{k} is {type(r).__name__}: expected an object", reason="bad_value")
-    missing = [key for key in ("head", "tail", "type") if key not in r]
-    if missing:
-      raise DataError(where, line, f"relation #{k} lacks {missing}: expected keys head, tail, type",
-                      reason="missing_key")
-    for key in ("head", "tail"):
-      i = _int(r[key], f"relation #{k} {key}", where, line)
-      if not 0 <= i < num_entities:
-        raise DataError(where, line, f"relation #{k} {key} {i} points at no entity: expected an index into the "
-                        f"record's {num_entities} entities (0 to {num_entities - 1}); fix the index or add the "
-                        "entity", reason="bad_relation")
-    if not isinstance(r["type"], str) or not r["type"]:
-      raise DataError(where, line, f"relation #{k} type {r['type']!r}: expected a non-empty string",
-                      reason="bad_value")
-    out.append(Relation(head=r["head"], tail=r["tail"], type=r["type"]))
-  return out
-
-
-def merge_relations(entities: Sequence[Entity], relations: Sequence[Relation]
-                    ) -> tuple[list[Entity], list[Relation], collections.Counter]:
-  """Merges entities with the same (start, end, type) and then repeated (head, tail, type) relations, keeping
-  first occurrences in order; relation indices are remapped. -> (entities, relations, counts of what was
-  merged: duplicate_entity, repeated_relation)."""
-  counts = collections.Counter()
-  index, kept, remap = {}, [], []
-  for e in entities:
-    key = (e["start"], e["end"], e["type"])
-    if key in index:
-      counts["duplicate_entity"] += 1
-    else:
-      index[key] = len(kept)
-      kept.append(e)
-    remap.append(index[key])
-  seen, rels = set(), []
-  for r in relations:
-    rel = Relation(head=remap[r["head"]], tail=remap[r["tail"]], type=r["type"])
-    key = (rel["head"], rel["tail"], rel["type"])
-    if key in seen:
-      counts["repeated_relation"] += 1
-    else:
-      seen.add(key)
-      rels.append(rel)
-  return kept, rels, counts
-
-
-def _cluener_entities(obj: dict, text: str, where: str, line: int) -> list[Entity]:
-  """CLUENER format: "label": {type: {entity_text: [[start, end], ...]}}, end INCLUSIVE."""
-  label = obj["label"]
-  if not isinstance(label, dict):
-    raise DataError(where, line, f'"label" is {type(label).__name__}: expected {{type: {{text: [[s, e]]}}}}',
-                    reason="bad_value")
-  out = []
-  for kind, by_text in label.items():
-    if not isinstance(by_text, dict):
-      raise DataError(where, line, f'"label"[{kind!r}] is {type(by_text).__name__}: expected {{text: [[s, e]]}}',
-                      reason="bad_value")
-    for ent_text, pairs in by_text.items():
-      if not isinstance(pairs, list):
-        raise DataError(where, line, f"spans of {ent_text!r} are {pairs!r}: expected [[start, end], ...]",
-                        reason="bad_value")
-      for pair in pairs:
-        if not isinstance(pair, list) or len(pair) != 2:
-          raise DataError(where, line, f"span {pair!r} of {ent_text!r}: expected [start, end]", reason="bad_value")
-        start = _int(pair[0], f"start of {ent_text!r}", where, line)
-        end = _int(pair[1], f"end of {ent_text!r}", where, line) + 1  # inclusive -> exclusive
-        ent = Entity(start=start, end=end, type=kind)
-        check_entities(text, [ent], where=where, line=line)
-        if text[start:end] != ent_text:
-          raise DataError(where, line, f"{kind} {ent_text!r} at [{start}, {end - 1}] (inclusive) but the text there "
-                          f"is {text[start:end]!r}", reason="entity_text_mismatch")
-        out.append(ent)
-  out.sort(key=lambda e: (e["start"], e["end"], e["type"]))
-  return out
-
-
-def read_jsonl(path: PathOrFile, *, strict: bool = True, allow_unlabelled: bool = False,
-               id_prefix: str | None = None, name: str | None = None) -> Records:
-  """Reads JSON lines in the Record format or the CLUENER format, per line.
-
-  path: a file path or an open text file (then `name` names it in messages).
-
-  Record: {"text", "entities": [{"start", "end", "type"[, "text"]}]} (end exclusive), optionally with
-  "relations": [{"head", "tail", "type"}] indexing "entities"; in such a record an entity's "type" may be ""
-  or absent (untyped), duplicate entities and repeated relations are merged (counted in report.merged).
-  CLUENER: {"text", "label": {type: {entity_text: [[start, end], ...]}}} (end inclusive).
-  A line with neither "entities" nor "label" is an error unless `allow_unlabelled`
-  (then it gets no entities). "id" is kept when present (as str), else
-  f"{id_prefix}-{n}" with n the 0-based record number in the file. Blank lines are ignored.
-  """
-  f, where, owned = _open(path, name)
-  prefix = id_prefix or os.path.splitext(os.path.basename(where))[0]
-  report = ReadReport(where)
-  records: list[Record] = []
-  n = 0
-  try:
-    for line, raw in text_lines(f, where):
-      if not raw.strip():
-        continue
-      n += 1
-      try:
-        records.append(_parse_json_line(raw, where, line, f"{prefix}-{n - 1}", allow_unlabelled, report.merged))
-      except DataError as e:
-        if strict:
-          raise
-        report.skip(e)
-  finally:
-    if owned:
-      f.close()
-  return report.finish(records)
-
-
-def _parse_json_line(raw: str, where: str, line: int, default_id: str, allow_unlabelled: bool,
-                     merged: collections.Counter) -> Record:
-  try:
-    obj = json.loads(raw)
-  except json.JSONDecodeError as e:
-    raise DataError(where, line, f"malformed JSON ({e.msg} at column {e.colno}): expected one object per line",
-                    reason="bad_json") from e
-  if not isinstance(obj, dict):
-    raise DataError(where, line, f"got a JSON {type(obj).__name__}: expected an object", reason="bad_json")
-  if "text" not in obj:
-    raise DataError(where, line, 'missing key "text": expected {"text", "entities"} or {"text", "label"}',
-                    reason="missing_key")
-  text = obj["text"]
-  if not isinstance(text, str):
-    raise DataError(where, line, f'"text" is {type(text).__name__}: expected a string', reason="bad_value")
-  if "relations" in obj:
-    if "entities" not in obj:
-      raise DataError(where, line, '"relations" without "entities": expected {"text", "entities", "relations"} '
-                      "with head and tail indexing the entities", reason="missing_key")
-    entities = _record_entities(obj, text, where, line, untyped=True)
-    relations = _record_relations(obj, len(entities), where, line)
-    entities, relations, counts = merge_relations(entities, relations)
-    merged.update(counts)
-    return Record(id=str(obj.get("id", default_id)), text=text, entities=entities, relations=relations)
-  if "entities" in obj:
-    entities = _record_entities(obj, text, where, line)
-  elif "label" in obj:
-    entities = _cluener_entities(obj, text, where, line)
-  elif allow_unlabelled:
-    entities = []
-  else:
-    raise DataError(where, line, 'missing key "entities" (or CLUENER "label"): expected labelled records',
-                    reason="missing_key")
-  rid = obj.get("id", default_id)
-  return Record(id=str(rid), text=text, entities=entities)
+def __getattr__(name: str):
+  if name in _JSONL_NAMES:
+    # Deferred: jsonl.py imports this module, so importing it at the top would make a cycle.
+    from gp_jax.data import jsonl  # noqa: PLC0415
+    return getattr(jsonl, name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- CoNLL columns ------------------------------------------------------------------------
@@ -427,7 +264,7 @@ def read_conll(path: PathOrFile, *, scheme: str | None = None, strict: bool = Tr
   per file with `detect_joiner`); entities are character offsets into it, sorted by
   (start, end, type). Ids are f"{id_prefix}-{n}".
   """
-  f, where, owned = _open(path, name)
+  f, where, owned = open_source(path, name)
   prefix = id_prefix or os.path.splitext(os.path.basename(where))[0]
   report = ReadReport(where)
   try:

@@ -6,6 +6,10 @@ Record (every corpus and user file becomes this):
   Optional "relations": [{"head": i, "tail": j, "type": str}], i and j indexing ``entities`` (SpERT-style):
   head is the subject, tail the object. In such a record entity types may be "" (untyped) or roles;
   the CasRel reader (relations.py) types them "subject" / "object".
+  Optional "events": [{"type": str, "trigger": {"start", "end"} | None, "arguments": [{"start", "end", "role"}]}],
+  character offsets as above; arguments may nest and one span may serve several events. For the event task
+  (events.py) the spans become entities typed "type:role" (the trigger's role "trigger") and each event also
+  lists them by index ("entities", trigger first).
 
 Batch (what `gp_jax.data.batching` yields; numpy arrays, B rows of this process, L = bucket length):
   features         dict name -> int32 [B, L], one per ``Tokenizer.feature_names`` (input_ids, ...)
@@ -38,11 +42,30 @@ class Relation(TypedDict):
   type: str
 
 
+class Span(TypedDict):
+  start: int
+  end: int
+
+
+class EventArgument(TypedDict):
+  start: int
+  end: int
+  role: str  # e.g. "Treatment.Drug"; never "trigger" (the trigger's role in the event classes)
+
+
+class Event(TypedDict):
+  type: str
+  trigger: Span | None
+  arguments: list[EventArgument]
+  entities: NotRequired[list[int]]  # events.as_span_records: its spans in the record's entities, trigger first
+
+
 class Record(TypedDict):
   id: str
   text: str
   entities: list[Entity]
   relations: NotRequired[list[Relation]]
+  events: NotRequired[list[Event]]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -114,6 +114,99 @@ def test_jsonl_not_utf8(tmp_path):
     read_jsonl(path)
 
 
+# --- JSON lines with events ------------------------------------------------------------------------------------
+
+EVENT_TEXT = "insulin-induced lipoatrophy and rash"
+
+
+def event(kind, trigger, *args):
+  return {"type": kind, "trigger": None if trigger is None else {"start": trigger[0], "end": trigger[1]},
+          "arguments": [{"start": s, "end": e, "role": r} for s, e, r in args]}
+
+
+def test_jsonl_events_nested_shared_and_merged(tmp_path):
+  drug = (0, 7, "Treatment.Drug")
+  e1 = event("Adverse_event", (8, 15), (0, 7, "Treatment"), drug, (16, 27, "Effect"))
+  e2 = event("Adverse_event", (8, 15), (0, 7, "Treatment"), drug, drug, (32, 36, "Effect"))  # drug repeated
+  e3 = event("Other", None, (0, 15, "Cause"))  # no trigger; nests over e1's arguments
+  lines = [json.dumps({"id": "s1", "text": EVENT_TEXT, "events": [e1, e2, e3, e1]}),  # e1 twice
+           json.dumps({"text": "ab", "entities": ents((0, 2, "X")), "events": []}),
+           json.dumps({"text": "ab", "entities": ents((0, 1, "X"))})]
+  records = read_jsonl(write(tmp_path, "ev.jsonl", "\n".join(lines) + "\n"))
+  want_e2 = event("Adverse_event", (8, 15), (0, 7, "Treatment"), drug, (32, 36, "Effect"))
+  assert records[0] == {"id": "s1", "text": EVENT_TEXT, "entities": [], "events": [e1, want_e2, e3]}
+  assert records[1] == {"id": "ev-1", "text": "ab", "entities": ents((0, 2, "X")), "events": []}
+  assert "events" not in records[2]  # an entity record stays one
+  report = records.report
+  assert (report.events, report.arguments) == (3, 3 + 3 + 1)
+  assert report.event_notes == {"repeated_argument": 1, "repeated_event": 1}
+  assert report.as_dict()["event_notes"] == {"repeated_argument": 1, "repeated_event": 1}
+  assert "3 events (7 arguments)" in report.summary()
+
+
+def test_jsonl_entity_reads_keep_their_report_keys(tmp_path):
+  records = read_jsonl(write(tmp_path, "a.jsonl", GOOD_LINE + "\n"))
+  assert "events" not in records.report.as_dict() and "events" not in records.report.summary()
+
+
+def ev_line(*events, text="ab cd"):
+  return json.dumps({"text": text, "events": list(events)})
+
+
+ARG = {"start": 3, "end": 5, "role": "R"}
+BAD_EVENTS = [
+    (json.dumps({"text": "ab", "events": {}}), "bad_value", '"events" is dict: expected a list'),
+    (ev_line(["E"]), "bad_value", "event #0 is list: expected an object"),
+    (ev_line({"trigger": None, "arguments": []}), "missing_key", "event #0 lacks ['type']"),
+    (ev_line({"type": "E", "trigger": None}), "missing_key", "lacks ['arguments']"),
+    (ev_line({"type": "", "arguments": [ARG]}), "bad_value", "expected a non-empty string without ':'"),
+    (ev_line({"type": "A:B", "arguments": [ARG]}), "bad_value", "without ':'"),
+    (ev_line({"type": "E", "trigger": [0, 2], "arguments": []}), "bad_value", 'trigger is [0, 2]: expected {"start"'),
+    (ev_line({"type": "E", "trigger": {"start": 0}, "arguments": []}), "missing_key", "trigger lacks ['end']"),
+    (ev_line({"type": "E", "trigger": {"start": 0, "end": 9}, "arguments": []}), "span_out_of_range",
+     "E) trigger [0, 9) is outside the text (length 5)"),
+    (ev_line({"type": "E", "trigger": {"start": 2, "end": 2}, "arguments": []}), "empty_span", "expected start < end"),
+    (ev_line({"type": "E", "trigger": {"start": 0, "end": "2"}, "arguments": []}), "bad_value",
+     "expected an integer"),
+    (ev_line({"type": "E", "trigger": {"start": 0, "end": 2, "text": "cd"}, "arguments": []}),
+     "event_text_mismatch", "text 'cd' != text[0:2] 'ab'"),
+    (ev_line({"type": "E", "arguments": {}}), "bad_value", '"arguments" is dict: expected a list'),
+    (ev_line({"type": "E", "arguments": ["x"]}), "bad_value", "argument #0 is str: expected an object"),
+    (ev_line({"type": "E", "arguments": [{"start": 3, "end": 5}]}), "missing_key", "argument #0 lacks ['role']"),
+    (ev_line({"type": "E", "arguments": [{"start": 3, "end": 5, "role": ""}]}), "bad_value", "role ''"),
+    (ev_line({"type": "E", "arguments": [{"start": 3, "end": 5, "role": "trigger"}]}), "bad_value",
+     "other than 'trigger'"),
+    (ev_line({"type": "E", "arguments": [{"start": -1, "end": 5, "role": "R"}]}), "span_out_of_range",
+     "argument #0 (R) [-1, 5) is outside the text"),
+    (ev_line({"type": "E", "arguments": [{"start": 4, "end": 3, "role": "R"}]}), "empty_span", "start < end"),
+    (ev_line({"type": "E", "trigger": None, "arguments": []}), "empty_event", "neither a trigger nor arguments"),
+]
+
+
+@pytest.mark.parametrize("bad, reason, message", BAD_EVENTS)
+def test_jsonl_bad_events_strict(tmp_path, bad, reason, message):
+  path = write(tmp_path, "bad.jsonl", f"{GOOD_LINE}\n\n{bad}\n{GOOD_LINE}\n")
+  with pytest.raises(DataError) as e:
+    read_jsonl(path)
+  assert str(e.value).startswith(f"{path}:3: ")
+  assert message in str(e.value)
+  assert (e.value.line, e.value.reason) == (3, reason)
+
+
+def test_jsonl_bad_events_lenient_counts(tmp_path):
+  good = ev_line(event("E", (0, 2), (3, 5, "R")), event("E", (0, 2), (3, 5, "R")))
+  bad = [line for line, _, _ in BAD_EVENTS]
+  path = write(tmp_path, "bad.jsonl", "\n".join([good, *bad, good]) + "\n")
+  records = read_jsonl(path, strict=False)
+  assert [r["id"] for r in records] == ["bad-0", f"bad-{len(bad) + 1}"]
+  want = {}
+  for _, reason, _ in BAD_EVENTS:
+    want[reason] = want.get(reason, 0) + 1
+  assert records.report.skipped == want
+  assert records.report.events == 2 and records.report.event_notes == {"repeated_event": 2}  # kept records only
+  assert records.report.errors[0].startswith(f"{path}:2: ")
+
+
 # --- CoNLL --------------------------------------------------------------------------------
 
 CONLL = """-DOCSTART- -X- -X- O
@@ -327,3 +420,11 @@ def test_jsonl_lenient_counts_every_skip(sents, bad_rows):
   assert records == want
   assert records.report.skipped == ({"span_out_of_range": n_bad} if n_bad else {})
   assert records.report.records + records.report.num_skipped == len(sents)
+
+
+def test_jsonl_names_importable_from_readers():
+  from gp_jax.data import jsonl, readers  # noqa: PLC0415
+  from gp_jax.data.readers import merge_relations  # noqa: PLC0415
+  assert readers.read_jsonl is jsonl.read_jsonl and merge_relations is jsonl.merge_relations
+  with pytest.raises(AttributeError, match="no attribute 'read_json'"):
+    readers.read_json  # noqa: B018
