@@ -1,4 +1,4 @@
-"""event_prf: hand-computed figures on overlapping events, and Su's / CasEE's loops re-written here on random events."""
+"""event_prf: figures computed by hand on overlapping events; Su's and CasEE's loops re-written, on random events."""
 
 import random
 
@@ -60,8 +60,9 @@ def result():
 def test_argument_level_by_hand(result):
   # Su's (type, role, text, start) per sentence, deduplicated, triggers excluded:
   # 0: gold Ann/Bob/aspirin/Cat/Dan/ibuprofen (6). pred: the first event's 3 (its duplicate adds none), Cat, Dan as
-  #    recipient, (thing, aspirin) again (deduplicated: the wrong assignment is invisible here), ibuprofen and Bob from
-  #    the trigger-less event (it counts at this level, as Su decodes with trigger=False), Dan as giver (wrong): 7, tp 6.
+  #    recipient, (thing, aspirin) again (deduplicated: the wrong assignment is invisible here), ibuprofen and Bob
+  #    from the trigger-less event (it counts at this level: Su decodes with trigger=False), Dan as giver (wrong):
+  #    7, tp 6.
   # 1: gold 6 (Treatment / Drug / Effect per type: the shared "Aspirin therapy" counts once per event type);
   #    pred 6, tp 5 (Therapeutic Treatment.Drug "Aspirin therapy" is wrong).
   # 2: gold Eve, Fay, pill (pill shared: once) = 3; pred the same 3, tp 3.

@@ -1,4 +1,4 @@
-"""Event extraction P/R/F1 on char-offset events: Su's argument and event levels, CasEE's TI / TC / AI / AC, breakdowns.
+"""Event P/R/F1 on char-offset events: Su's argument and event levels, CasEE's TI / TC / AI / AC, breakdowns.
 
 Why: the selection figure must be the one GPLinker's authors report (argument level, bojone/GPLinker duee_v1.py and
 bert4torch examples/others/task_event_extraction_gplinker.py, `evaluate`), and the other papers' figures must be
