@@ -13,7 +13,8 @@ end exclusive) of its record's text; other fields (scores, texts) are ignored.
 - Event level (Su): per sentence the set of predicted events that have a trigger and the set of gold events (all);
   an event is its type, trigger (text, start) and multiset of (role, text, start) arguments (Su's sorted list of
   (type, role, text, start) tuples, the trigger being the tuple of role 触发词); a predicted event is a hit when it
-  equals a gold event. Two identical events of one side count once (Su's DedupList).
+  equals a gold event. Two identical events of one side count once (Su's DedupList). An event with neither trigger
+  nor arguments keeps its type here (Su's empty list would equal one of any type).
 - TI / TC / AI / AC (CasEE, JiaweiSheng/CasEE utils/metric.py `gen_tuples`/`score`: sets per sentence): trigger
   (start, end); + event type; argument (event type, start, end), no role; + role. UIE (universal-ie/UIE
   uie/extraction/scorer.py, EventScorer) reports the same TC and AC tuples ("offset-evt-trigger", "offset-evt-role")
