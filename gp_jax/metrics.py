@@ -1,10 +1,9 @@
-"""Corpus-level span (and relation triple) precision / recall / F1."""
+"""Corpus-level span (and relation triple) precision / recall / F1, and their counts by sentence class."""
 
 from __future__ import annotations
 
 import collections
-from typing import Hashable, Iterable
-
+from typing import Hashable, Iterable, Sequence
 
 def _prf(tp: int, n_pred: int, n_gold: int) -> dict[str, float]:
   precision = tp / n_pred if n_pred else 0.0
@@ -57,4 +56,33 @@ def triple_prf(pred: Iterable[tuple[Hashable, Hashable, Hashable, Hashable]],
   return result
 
 
-__all__ = ["per_record_counts", "span_prf", "triple_prf"]
+def overlap_kinds(triples: Iterable[tuple[Hashable, Hashable, Hashable]]) -> set[str]:
+  """The overlap classes of one sentence's (subject, relation, object) triples as CasRel counts them (the CopyRE
+  split it tests on): "normal" when its triples' 2n entity mentions are n * 2 distinct entities; otherwise "epo"
+  when an ordered (subject, object) pair repeats, and "seo" when the distinct pairs share an entity. A sentence may
+  be both SEO and EPO."""
+  triples = list(triples)
+  pairs = [(s, o) for s, _, o in triples]
+  if len({e for pair in pairs for e in pair}) == 2 * len(pairs):
+    return {"normal"}
+  kinds = {"epo"} if len(set(pairs)) < len(pairs) else set()
+  distinct = set(pairs)
+  if len({e for pair in distinct for e in pair}) != 2 * len(distinct):
+    kinds.add("seo")
+  return kinds
+
+
+def bucket_counts(pred: Iterable[tuple], gold: Iterable[tuple], labels_of_record: Sequence[Iterable[str]],
+                  labels: Sequence[str]) -> dict[str, dict[str, int]]:
+  """{label: {"tp", "pred", "gold"}}: each item (record index first) counted under every label of its record
+  (`labels_of_record[record]`); a record's predictions count in its classes."""
+  pred, gold = set(pred), set(gold)
+  out = {label: {"tp": 0, "pred": 0, "gold": 0} for label in labels}
+  for field, items in (("gold", gold), ("pred", pred), ("tp", pred & gold)):
+    for x in items:
+      for label in labels_of_record[x[0]]:
+        out[label][field] += 1
+  return out
+
+
+__all__ = ["bucket_counts", "overlap_kinds", "per_record_counts", "span_prf", "triple_prf"]

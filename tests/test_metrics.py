@@ -1,5 +1,7 @@
 import random
 
+import numpy as np
+
 import pytest
 
 from gp_jax.metrics import per_record_counts, span_prf
@@ -127,3 +129,52 @@ def test_span_prf_matches_seqeval_on_conll2003_dev(shared_data):
   for t in types:
     for k in ("precision", "recall", "f1"):
       assert ours["per_type"][t][k] == pytest.approx(report[t][k.replace("f1", "f1-score")], abs=1e-9), (t, k)
+
+
+# --- overlap kinds as CasRel counts them ---------------------------------------------------------------------------
+
+
+def copyre_kinds(flat):
+  """CopyRE's split of a sentence (the one CasRel tests on), from its definitions over [e1, e2, r, e1, e2, r, ...]:
+  normal when the entities of all triples are 2n distinct ones; multi-label (EPO) when an (e1, e2) pair repeats;
+  overlapping (SEO) when, the repeated pairs removed, an entity occurs in two pairs."""
+  n = len(flat) // 3
+  entities = {e for i, e in enumerate(flat) if i % 3 != 2}
+  if len(entities) == 2 * n:
+    return {"normal"}
+  pairs = [tuple(flat[3 * i:3 * i + 2]) for i in range(n)]
+  out = set()
+  if len(pairs) != len(set(pairs)):
+    out.add("epo")
+  distinct = set(pairs)
+  if len({e for pair in distinct for e in pair}) != 2 * len(distinct):
+    out.add("seo")
+  return out
+
+
+def test_overlap_kinds_as_copyre_defines_them():
+  from gp_jax.metrics import overlap_kinds
+
+  assert overlap_kinds([("a", "r", "b"), ("a", "s", "b"), ("a", "r", "c")]) == {"seo", "epo"}  # both
+  assert overlap_kinds([("a", "r", "b"), ("b", "s", "a")]) == {"seo"}  # a reversed pair is not the same pair
+  assert overlap_kinds([("a", "r", "b"), ("a", "s", "b"), ("c", "r", "d")]) == {"epo"}
+  assert overlap_kinds([]) == {"normal"}
+  rng = np.random.default_rng(0)
+  seen = set()
+  for _ in range(300):
+    triples = {(str(rng.integers(5)), str(rng.integers(2)), str(rng.integers(5))) for _ in range(rng.integers(1, 5))}
+    triples = sorted(triples)
+    want = copyre_kinds([x for s, r, o in triples for x in (s, o, r)])
+    assert overlap_kinds(triples) == want, triples
+    seen.add(frozenset(want))
+  assert {frozenset({"normal"}), frozenset({"seo"}), frozenset({"seo", "epo"})} <= seen
+
+
+def test_bucket_counts_count_each_item_under_every_label_of_its_record():
+  from gp_jax.metrics import bucket_counts
+
+  gold = {(0, "x"), (0, "y"), (1, "z")}
+  pred = {(0, "x"), (1, "w"), (2, "v")}
+  got = bucket_counts(pred, gold, [["a", "b"], ["b"], []], ["a", "b", "c"])
+  assert got == {"a": {"tp": 1, "pred": 1, "gold": 2}, "b": {"tp": 1, "pred": 2, "gold": 3},
+                 "c": {"tp": 0, "pred": 0, "gold": 0}}

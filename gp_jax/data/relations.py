@@ -7,8 +7,8 @@ occurrence when it occurs several times (as the published systems do; counted as
 report.alignments); a string that is not a whole word or words of its text is bad input (file, true line and the
 fix; strict=False skips the record, counted in report.skipped and report.alignments["failed"]).
 
-Entities are typed by their role, "subject" or "object" (ROLES): these corpora have no entity types, and the
-GPLinker entity pointer of an untyped corpus has exactly these two heads. A string that is the subject of one
+Entities are typed by their role, "subject" or "object" (ROLES, subject first): these corpora have no entity types,
+and the GPLinker entity pointer of an untyped corpus has exactly these two heads. A string that is the subject of one
 triple and the object of another gives two entities on the same span. Entities are sorted by (start, end, type),
 relations keep the order of their first triple; a repeated triple is merged (report.merged["repeated_relation"]).
 """
@@ -24,7 +24,7 @@ from gp_jax.data.readers import DataError, PathOrFile, ReadReport, Records, is_c
 from gp_jax.data.types import Entity, Record, Relation
 
 SUBJECT, OBJECT = "subject", "object"
-ROLES = (OBJECT, SUBJECT)  # the entity types of a CasRel corpus, sorted
+ROLES = (SUBJECT, OBJECT)  # the entity types of a CasRel corpus, subject first: ids 0 and 1, as GPLinker (Su) has them
 CASREL_EXPECTED = 'a JSON array of records [{"text", "triple_list": [[subject, relation, object], ...]}, ...]'
 
 

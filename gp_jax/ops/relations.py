@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from gp_jax.ops.decode import gather_hits
+# The one trimming of a hit buffer (and growth rule, re-exported for `gp_jax.ops`), shared with the host halves.
+from gp_jax.tasks.base import grown_sizes, trimmed  # noqa: F401  pylint: disable=unused-import
 
 # Columns of `assemble_triples`' int array.
 TRIPLE_COLUMNS = ("row", "relation", "subject_type", "subject_start", "subject_end",
@@ -63,22 +65,6 @@ def relation_hits(entity_logits_BELL, head_logits_BRLL, tail_logits_BRLL, *, ent
   return tuple(out)
 
 
-def grown_sizes(sizes, counts) -> tuple[int, ...]:
-  """Buffer sizes that hold `counts` hits: each size below its count grows to the next power of two (few compiles),
-  the others stay."""
-  return tuple(size if int(count) <= size else 1 << (int(count) - 1).bit_length()
-               for size, count in zip(sizes, counts, strict=True))
-
-
-def _trimmed(hits):
-  """(count, coords, scores) -> host arrays cut to count; a count above the buffer is refused (hits were cut)."""
-  count, coords, scores = hits
-  count, coords, scores = int(count), np.asarray(coords), np.asarray(scores, np.float32)
-  if count > len(coords):
-    raise ValueError(f"{count} hits in a buffer of {len(coords)}: decode again with a buffer of at least {count}")
-  return coords[:count], scores[:count]
-
-
 def assemble_triples(entity_hits, head_hits, tail_hits, *, subject_types: Collection[int] | None = None,
                      object_types: Collection[int] | None = None):
   """Hits (as `relation_hits` returns them) -> triples: int `[N, 8]` in `TRIPLE_COLUMNS` order and scores `[N]`.
@@ -89,9 +75,9 @@ def assemble_triples(entity_hits, head_hits, tail_hits, *, subject_types: Collec
   subject and object roles). Linear in hits: each head hit looks up the entities starting at its two tokens and
   the tail hit at their ends. Rows sorted by (row, subject, relation, object).
   """
-  ent_coords, ent_scores = _trimmed(entity_hits)
-  head_coords, head_scores = _trimmed(head_hits)
-  tail_coords, tail_scores = _trimmed(tail_hits)
+  ent_coords, ent_scores = trimmed(entity_hits)
+  head_coords, head_scores = trimmed(head_hits)
+  tail_coords, tail_scores = trimmed(tail_hits)
   subject_types = None if subject_types is None else frozenset(int(t) for t in subject_types)
   object_types = None if object_types is None else frozenset(int(t) for t in object_types)
   subjects_at, objects_at = defaultdict(list), defaultdict(list)  # (row, start) -> [(type, start, end, score)]
@@ -116,5 +102,4 @@ def assemble_triples(entity_hits, head_hits, tail_hits, *, subject_types: Collec
   return triples_N8[order], scores_N[order]
 
 
-__all__ = ["TRIPLE_COLUMNS", "entity_boundaries", "pointer_hit_masks", "relation_hits", "grown_sizes",
-           "assemble_triples"]
+__all__ = ["TRIPLE_COLUMNS", "entity_boundaries", "pointer_hit_masks", "relation_hits", "assemble_triples"]

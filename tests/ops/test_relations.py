@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gp_jax.ops import TRIPLE_COLUMNS, assemble_triples, grown_sizes, relation_hits, span_mask, sparse_zlpr_loss
+from gp_jax.ops import TRIPLE_COLUMNS, assemble_triples, relation_hits, span_mask, sparse_zlpr_loss
+from gp_jax.tasks.base import grown_sizes
 
 
 def content_mask(rng, B, L):
