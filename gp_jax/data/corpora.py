@@ -80,7 +80,7 @@ def get_builder(name: str, *, manual_dir: str | os.PathLike | None = None,
 def load_split(name: str, split: str, *, manual_dir: str | os.PathLike | None = None,
                data_dir: str | os.PathLike | None = None) -> RecordSource:
   """Records of one split of `name` in msra, cluener2020, conll2003, germeval2014, people_daily, cmeee, cmeee_v2,
-  webnlg_star (records with relations, types.py).
+  webnlg_star (records with relations, types.py), phee (records with events).
 
   split: train/dev/test (validation/valid are aliases of dev). manual_dir: the raw files
   (default $GP_JAX_DATA/<name> else ../shared/data/<name> beside the repo); data_dir:
@@ -113,8 +113,18 @@ def _text(x: Any) -> str:
   return x.decode("utf-8") if isinstance(x, bytes) else str(x)
 
 
+def _events(types, trigger_starts, trigger_ends, arg_event, arg_start, arg_end, arg_role) -> list[dict]:
+  """The flat `events` / `event_arguments` features (builders/phee.py `example_events`) -> the record's events."""
+  events = [{"type": _text(k), "trigger": None if s < 0 else {"start": int(s), "end": int(e)}, "arguments": []}
+            for k, s, e in zip(types, trigger_starts, trigger_ends)]
+  for k, s, e, role in zip(arg_event, arg_start, arg_end, arg_role):
+    events[int(k)]["arguments"].append({"start": int(s), "end": int(e), "role": _text(role)})
+  return events
+
+
 def to_record(example: dict) -> Record:
-  """A decoded TFDS example (bytes, numpy scalars) -> a plain Record (with "relations" when the corpus has them)."""
+  """A decoded TFDS example (bytes, numpy scalars) -> a plain Record (with "relations" or "events" when the corpus
+  has them)."""
   ents = example["entities"]
   record = {
       "id": _text(example["id"]),
@@ -126,6 +136,10 @@ def to_record(example: dict) -> Record:
     rels = example["relations"]
     record["relations"] = [{"head": int(h), "tail": int(t), "type": _text(k)}
                            for h, t, k in zip(rels["head"], rels["tail"], rels["type"])]
+  if "events" in example:
+    evs, args = example["events"], example["event_arguments"]
+    record["events"] = _events(evs["type"], evs["trigger_start"], evs["trigger_end"], args["event"], args["start"],
+                               args["end"], args["role"])
   return record
 
 
@@ -146,6 +160,12 @@ def _fast_record(serialized: bytes) -> Record:
     heads, tails = f["relations/head"].int64_list.value, f["relations/tail"].int64_list.value
     record["relations"] = [{"head": h, "tail": t, "type": k.decode("utf-8")}
                            for h, t, k in zip(heads, tails, f["relations/type"].bytes_list.value)]
+  if "events/type" in f:
+    ints = lambda key: f[key].int64_list.value  # noqa: E731
+    record["events"] = _events(f["events/type"].bytes_list.value, ints("events/trigger_start"),
+                               ints("events/trigger_end"), ints("event_arguments/event"),
+                               ints("event_arguments/start"), ints("event_arguments/end"),
+                               f["event_arguments/role"].bytes_list.value)
   return record
 
 

@@ -14,4 +14,5 @@ BUILDERS = {
     "cmeee": ("gp_jax.data.builders.cmeee", "GpCmeee"),
     "cmeee_v2": ("gp_jax.data.builders.cmeee", "GpCmeeeV2"),
     "webnlg_star": ("gp_jax.data.builders.webnlg_star", "GpWebnlgStar"),
+    "phee": ("gp_jax.data.builders.phee", "GpPhee"),
 }
