@@ -80,7 +80,8 @@ def as_span_records(records: Iterable[Record], classes: Sequence[str]) -> list[R
 
   entities: the unique (start, end, "type:role") spans of all the record's events, triggers included, sorted; so
   an argument shared by two events is one entity and nested arguments stay two. Each event gains "entities": the
-  indices of its trigger and arguments, trigger first, each once. Entities the record held before are replaced
+  indices of its trigger and arguments, trigger first, each once; a record without "events" (unlabelled) gets no
+  entities and stays without "events". Entities the record held before are replaced
   (counted in the log): the event task's pointer classes are the event classes. A class not in `classes` is a
   ValueError, as `windows.prepare_split` treats an unknown entity type.
   """
@@ -105,7 +106,8 @@ def as_span_records(records: Iterable[Record], classes: Sequence[str]) -> list[R
       events.append(dict(e, entities=list(dict.fromkeys(index[s] for s in spans[k:k + n]))))
       k += n
     replaced += len(rec.get("entities", ()))
-    out.append(dict(rec, entities=[Entity(start=a, end=b, type=c) for a, b, c in keys], events=events))
+    out.append(dict(rec, entities=[Entity(start=a, end=b, type=c) for a, b, c in keys],
+                    **({"events": events} if "events" in rec else {})))  # an unlabelled record stays one
   if replaced:
     log.info("as_span_records: %d entities of %d event records replaced by their events' spans", replaced, len(out))
   return out

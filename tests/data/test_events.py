@@ -66,6 +66,8 @@ def test_as_span_records_dedupes_shared_keeps_nested():
   assert out[0]["events"][2]["entities"] == [idx[(0, 15, "PT:Cause")], idx[(0, 7, "PT:Cause.Drug")]]
   for e_out, e_in in zip(out[0]["events"], records[0]["events"]):  # char-level fields kept for the metric
     assert {k: v for k, v in e_out.items() if k != "entities"} == e_in
+  unlabelled = {"id": "u", "text": TEXT, "entities": []}
+  assert ev.as_span_records([unlabelled], classes) == [unlabelled]
   with pytest.raises(ValueError, match=r"event classes \['AE:Effect'\], not among"):
     ev.as_span_records(records, [c for c in classes if c != "AE:Effect"])
 
