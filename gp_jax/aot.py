@@ -48,13 +48,12 @@ THREADS_ENV = "GP_JAX_COMPILE_THREADS"
 # ----------------------------------------------------------------------------- batches as shapes
 
 
-def batch_structure(feature_names: Sequence[str], *, num_types: int, batch: int, length: int,
-                    tagger: bool = False, targets: dict[str, tuple] | None = None) -> dict[str, jax.ShapeDtypeStruct]:
+def batch_structure(feature_names: Sequence[str], *, batch: int, length: int, tagger: bool = False,
+                    targets: dict[str, tuple] | None = None) -> dict[str, jax.ShapeDtypeStruct]:
   """The model batch (`evaluate.model_batch` of `data.batching`'s format) of `batch` global rows at bucket `length`, as
-  shapes. `targets`: the task's target shapes (`target_shapes` of a `gp_jax.tasks` object); None: span_ids."""
+  shapes. `targets`: a training batch's target shapes (the task's `target_shapes`); None: an eval batch (none)."""
   B, L = batch, length
-  if targets is None:
-    targets = {"span_ids": (B, num_types, L)}
+  targets = targets or {}
   out = {"attention_mask": (B, L), "span_mask": (B, L), "positions": (B, L), **targets,
          "window_index": (B,), **{name: (B, L) for name in feature_names}}
   if tagger:
@@ -69,13 +68,13 @@ def sharded(structure: dict, mesh) -> dict:
 
 
 def run_structure(setup, *, batch: int, length: int, train: bool) -> dict:
-  """`batch_structure` of a setup's model and tokenizer, sharded over its mesh; tagger heads train on `tags` (eval
-  batches carry none)."""
+  """`batch_structure` of a setup's model and tokenizer, sharded over its mesh; training batches carry the task's
+  targets (tagger heads: `tags` too), eval batches none."""
   tagger = train and setup.spec.tag_scheme is not None
-  targets = tasks.of(setup.spec).target_shapes(num_types=len(setup.types), num_relations=len(setup.relation_types),
-                                                batch=batch, length=length)
-  return sharded(batch_structure(setup.tokenizer.feature_names, num_types=len(setup.types), batch=batch,
-                                 length=length, tagger=tagger, targets=targets), setup.mesh)
+  targets = (tasks.of(setup.spec).target_shapes(setup.labels, num_types=len(setup.types), batch=batch, length=length)
+             if train else None)
+  return sharded(batch_structure(setup.tokenizer.feature_names, batch=batch, length=length, tagger=tagger,
+                                 targets=targets), setup.mesh)
 
 
 # ----------------------------------------------------------------------------- programs
@@ -90,7 +89,7 @@ class Program:
   batch: int
   fn: Any  # the jitted function
   args: tuple  # abstract arguments
-  hits: Any = 0  # eval: the hit buffer (relations: one per buffer)
+  hits: tuple = ()  # eval: the task's hit buffer sizes, one per buffer
   steps: int = 1  # train: optimizer steps per call (a stack of `steps` batches when > 1)
   options: dict = dataclasses.field(default_factory=dict)  # XLA options for this program (`compiler_options`)
   choices: dict = dataclasses.field(default_factory=dict)  # the kernels it resolves to, and why (`resolve`)
@@ -132,8 +131,7 @@ def train_program(step_fn, setup, tx, *, batch: int, length: int, steps: int = 1
 
 
 def eval_program(eval_fn, setup, *, batch: int, length: int, hits) -> Program:
-  """The eval step (`steps.make_eval_step` at a hit buffer of `hits`, the task's: an int or one per buffer) at one
-  bucket."""
+  """The eval step (`steps.make_eval_step` at the hit buffer sizes `hits`, the task's tuple) at one bucket."""
   args = (state_lib.abstract_params(setup), run_structure(setup, batch=batch, length=length, train=False),
           jax.ShapeDtypeStruct((), jnp.float32))
   return Program("eval", length, batch, eval_fn, args, hits=hits)
@@ -339,7 +337,7 @@ def eval_lengths(prepared_splits: Iterable, *, batch_size: int, buckets) -> list
 
 
 def target_setup(config, tokenizer, types, mesh, platform: str, *, encoder_config=None, attention: str | None = None,
-                 relation_types=()):
+                 labels=()):
   """A `state.Setup` of the model built for `platform`, parameters abstract (nothing allocated but RNG state)."""
   config = config.copy_and_resolve_references()
   if attention:
@@ -347,13 +345,13 @@ def target_setup(config, tokenizer, types, mesh, platform: str, *, encoder_confi
 
   def build():
     return factory.build_model(config, tokenizer, len(types), load_weights=False, encoder_config=encoder_config,
-                               platform=platform, num_relations=len(relation_types))
+                               platform=platform, labels=labels)
 
   graphdef, abs_params, _ = nnx.split(nnx.eval_shape(build), nnx.Param, ...)
   abs_params = nnx.to_pure_dict(abs_params)
   rest = jax.jit(lambda: nnx.split(build(), nnx.Param, ...)[2])()  # RNG streams only (XLA drops the init)
   return state_lib.Setup(factory.run_spec(config, platform), list(types), tokenizer, mesh, graphdef, rest, abs_params,
-                         shd.tree_shardings(mesh, abs_params), encoder_config, tuple(relation_types))
+                         shd.tree_shardings(mesh, abs_params), encoder_config, tuple(labels))
 
 
 def lower_or_xla_attention(lower_fn, make_setup, setup=None):

@@ -1,8 +1,8 @@
 """Evaluation shared by training and predict: a jitted eval step that returns hits, the hit buffers that grow when
 a batch has more hits than they hold, window merging, and the task's corpus-level metric.
 
-The model is reached only through its `decode_hits`, the task's parts through its object (`gp_jax.tasks`): the
-entity task scores span P/R/F1, the relation task triple P/R/F1; "f1" is the selection F1 either way.
+The model is reached only through the task's `decode`, the task's parts through its object (`gp_jax.tasks`); "f1"
+is the task's selection F1.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from gp_jax import reporting
 from gp_jax import sharding as shd
 from gp_jax.data import batching
 from gp_jax.steps import HitDecoder
-from gp_jax.tasks.entities import LENGTH_BUCKETS, by_length, flat_result, token_lengths  # noqa: F401 (kept here)
 
 log = logging.getLogger(__name__)
 
@@ -40,23 +39,21 @@ class Evaluator:
     self.task = self.decoder.task
 
   def hits(self, params, prepared, *, desc: str = "eval", threshold: float = 0.0):
-    """The task's window hits over every window of `prepared` (entities: columns {"window", "start", "end", "type",
-    "score"}; span heads: cells with score > threshold)."""
+    """The task's window hits over every window of `prepared` (span heads: cells with score > threshold)."""
     s = self.setup
     batches = batching.eval_batches(prepared, batch_size=self.batch_size, buckets=s.spec.buckets,
-                                    process_index=jax.process_index(), process_count=jax.process_count(),
-                                    targets=self.task.batch_targets)
+                                    process_index=jax.process_index(), process_count=jax.process_count())
     self.decoder.name = desc
     return self.task.concat_hits([self.decoder(params, shd.global_batch(model_batch(batch), s.mesh), threshold)
                                   for batch in reporting.progress(batches, total=len(batches), desc=desc,
                                                                   enabled=self.progress)])
 
   def predict(self, params, prepared, *, desc: str = "predict", threshold: float = 0.0):
-    """Per record, the task's prediction (entities: entity dicts {"start", "end", "type", "score"}, char offsets)."""
+    """Per record, the task's prediction: a record of the task's fields (`Task.assemble`)."""
     return self.task.assemble(prepared, self.hits(params, prepared, desc=desc, threshold=threshold))
 
   def evaluate(self, params, prepared, *, desc: str = "eval", threshold: float = 0.0):
-    """(result, merged): the task's metric over whole documents (entities: `span_prf` plus `by_length` and
-    `per_record` counts), and the merged predictions."""
+    """(result, merged): the task's metric over whole documents (`Task.score`; "f1" the selection F1), and the
+    merged predictions."""
     merged = self.predict(params, prepared, desc=desc, threshold=threshold)
     return self.task.score(prepared, merged), merged

@@ -17,12 +17,11 @@ from gp_jax import runtime, tasks
 from gp_jax.adversarial import Adversarial
 from gp_jax.data import batching
 from gp_jax.data.char_tokenizer import CharTokenizer
-from gp_jax.data.sources import load_records
+from gp_jax.data.sources import conventions, load_records
 from gp_jax.data.tokenize import HFTokenizer
 from gp_jax.errors import UserError
 from gp_jax.models import bert, pretrained
 from gp_jax.models.heads import HEADS
-from gp_jax.models.ner import NerModel
 from gp_jax.models.scratch import ScratchConfig, ScratchEncoder
 from gp_jax.models.taggers import TAGGERS
 from gp_jax.ops import blockwise
@@ -32,7 +31,6 @@ log = logging.getLogger(__name__)
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 DTYPE_CHOICES = ("auto",) + tuple(DTYPES)
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
-CASREL_FORMATS = ("casrel", "webnlg_star")  # data.name values whose triples are strings (the string form selects)
 
 
 def target_platform(platform: str | None = None) -> str:
@@ -161,12 +159,13 @@ def loss_implementation(config, platform: str) -> str:
 
 
 def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weights: bool = True,
-                encoder_config: dict | None = None, platform: str | None = None, num_relations: int = 0) -> NerModel:
+                encoder_config: dict | None = None, platform: str | None = None, labels=()):
   """Builds the model of `config.task` for the target `platform` (default: this machine's backend; see `precision`):
-  the encoder here, the head by the task object. With `load_weights=False` a bert encoder is built from
-  `encoder_config` (the HF config.json dict; default: read from `model.pretrained`) without reading weights.
-  `num_relations`: relation types (task=relations)."""
-  policy = precision(config, platform)
+  the encoder here, the head by the task (from the run spec and its label space `labels`). With `load_weights=False`
+  a bert encoder is built from `encoder_config` (the HF config.json dict; default: read from `model.pretrained`)
+  without reading weights."""
+  spec = run_spec(config, platform)
+  policy = spec.precision
   dtype = DTYPES[policy.dtype]
   rngs = nnx.Rngs(params=seed, dropout=seed + 1)
   m = config.model
@@ -184,38 +183,26 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
       encoder = bert.Bert(bcfg, dtype=dtype, rngs=rngs)
   else:
     raise ValueError(f"model.encoder must be 'scratch' or 'bert', got {m.encoder!r}")
-  return task_of(config).build_model(
-      encoder, head=m.head, num_types=num_types, num_relations=num_relations, feature_names=tokenizer.feature_names,
-      tag_scheme=m.tag_scheme, loss_implementation=loss_implementation(config, policy.platform),
-      head_size=m.head_size, use_rope=m.use_rope, pointer_rope=bool(m.get("pointer_rope", False)),
-      max_span_width=config.data.max_span_width or None, dtype=dtype, rngs=rngs)
+  return tasks.of(spec).build_model(encoder, spec, tuple(labels), num_types=num_types,
+                                    feature_names=tokenizer.feature_names, dtype=dtype, rngs=rngs)
 
 
 def task_name(config) -> str:
-  """`config.task` (an older workdir's config.json has none: entities); checked with the head and loss it needs."""
+  """`config.task` (an older workdir's config.json has none: entities), checked: the task may refuse the config in
+  one line (`config_refusal`: relations refuse a tagger head)."""
   name = str(config.get("task", "entities"))
   if name not in tasks.NAMES:
     raise UserError(f"task={name!r}: expected one of {tasks.NAMES}")
-  if name == "relations":
-    if config.model.head not in HEADS:
-      raise UserError(f"task=relations: model.head={config.model.head!r} is a tagger; the GPLinker pointers are "
-                      f"span heads: set model.head to one of {sorted(HEADS)}")
-    if config.loss.kind != "sparse_zlpr":
-      raise UserError(f"task=relations: loss.kind={config.loss.kind!r}; the relation pointers train with "
-                      "sparse_zlpr (flat gold ids): set loss.kind=sparse_zlpr")
+  refusal = tasks.get(name).config_refusal(config)
+  if refusal:
+    raise UserError(refusal)
   return name
 
 
-def triple_match(config) -> str:
-  """The triple form whose F1 selects checkpoints: the string form on CasRel-format corpora (as their published
-  tables compare), else boundaries (subject span, relation, object span)."""
-  return "string" if config.data.name in CASREL_FORMATS else "boundaries"
-
-
-def task_of(config):
-  """The task object of `config` (`gp_jax.tasks`)."""
-  name = task_name(config)
-  return tasks.get(name)(**({"match": triple_match(config)} if name == "relations" else {}))
+def task_options(config, name: str) -> tuple:
+  """The task's options (`Task.options`) from the config and the corpus's conventions (`sources.conventions`), as
+  sorted (key, value) pairs: what `RunSpec.task_options` keeps."""
+  return tuple(sorted(tasks.get(name).options(config, conventions(config.data)).items()))
 
 
 def tag_scheme(config) -> str | None:
@@ -231,12 +218,11 @@ def split_options(config) -> dict:
               max_span_width=int(d.get("max_span_width", 0)) or None)
 
 
-def prepare_split(config, records, tokenizer, types, *, name: str, relation_types=None):
-  """`data.truncate` applies to the train split only: dev and test are always read whole, in sliding windows.
-  `relation_types` (task=relations): the relations read too (`windows.prepare_split`)."""
+def prepare_split(task, config, records, tokenizer, types, labels, *, name: str):
+  """The task's prepared split (`Task.prepare`). `data.truncate` applies to the train split only: dev and test are
+  always read whole, in sliding windows."""
   truncate = bool(config.data.get("truncate", False)) and name == "train"
-  return task_of(config).prepare(records, tokenizer, types, relation_types, name=name, truncate=truncate,
-                                 **split_options(config))
+  return task.prepare(records, tokenizer, types, labels, name=name, truncate=truncate, **split_options(config))
 
 
 def prepare_data(config, tokenizer=None):
@@ -245,16 +231,13 @@ def prepare_data(config, tokenizer=None):
   train_recs, dev_recs, test_recs, types = load_records(config.data, seed=config.seed)
   if tokenizer is None:
     tokenizer = build_tokenizer(config, [r["text"] for r in train_recs])
-  rel = task_of(config).relation_types(train=train_recs, dev=dev_recs, test=test_recs)  # None: entities
-  if rel is not None and not rel:
-    raise UserError(f"task=relations: data.name={config.data.name!r} holds no relations: expected records with "
-                    '"relations": [{"head", "tail", "type"}] (jsonl), a casrel file, webnlg_star or '
-                    "synthetic_relations")
-  splits = {"train": prepare_split(config, train_recs, tokenizer, types, name="train", relation_types=rel)}
+  task = tasks.of(run_spec(config))
+  labels = task.labels(train=train_recs, dev=dev_recs, test=test_recs)
+  splits = {"train": prepare_split(task, config, train_recs, tokenizer, types, labels, name="train")}
   if dev_recs:
-    splits["dev"] = prepare_split(config, dev_recs, tokenizer, types, name="dev", relation_types=rel)
+    splits["dev"] = prepare_split(task, config, dev_recs, tokenizer, types, labels, name="dev")
   if test_recs and any(r["entities"] for r in test_recs):
-    splits["test"] = prepare_split(config, test_recs, tokenizer, types, name="test", relation_types=rel)
+    splits["test"] = prepare_split(task, config, test_recs, tokenizer, types, labels, name="test")
   elif test_recs:
     log.info("Test split has no labels: skipping test evaluation")
   return splits, tokenizer, types
@@ -335,9 +318,10 @@ class RunSpec:
   num_train_steps: int
   num_epochs: float
   init_from: str
-  task: str = "entities"  # config.task: entities | relations (`gp_jax.tasks`)
-  pointer_rope: bool = False  # relations: model.pointer_rope
-  triple_match: str = "boundaries"  # relations: the triple form of the selection F1 (`triple_match`)
+  head_size: int = 64  # model.head_size: a span head's width per class
+  use_rope: bool = True  # model.use_rope: RoPE on the span head (relations: the entity pointer)
+  task: str = "entities"  # config.task, one of `gp_jax.tasks.NAMES`
+  task_options: tuple = ()  # the task's own settings as sorted (key, value) pairs (`task_options`)
 
   @property
   def platform(self) -> str:
@@ -368,6 +352,7 @@ def run_spec(config, platform: str | None = None) -> RunSpec:
   policy = precision(config, platform)
   m, d = config.model, config.data
   get = config.get
+  name = task_name(config)
   return RunSpec(
       precision=policy, encoder=m.encoder, head=m.head, tag_scheme=tag_scheme(config),
       num_attn_layers=int(m.get("num_attn_layers", 0)), hidden_size=int(m.get("hidden_size", 0)),
@@ -383,5 +368,5 @@ def run_spec(config, platform: str | None = None) -> RunSpec:
       early_stop_patience=float(get("early_stop_patience", 0)), log_every_steps=int(get("log_every_steps", 100)),
       steps_per_execution=int(get("steps_per_execution", 1)), seed=int(get("seed", 0)),
       num_train_steps=int(get("num_train_steps", 0)), num_epochs=float(get("num_epochs", 3.0)),
-      init_from=str(get("init_from", "") or ""), task=task_name(config),
-      pointer_rope=bool(m.get("pointer_rope", False)), triple_match=triple_match(config))
+      init_from=str(get("init_from", "") or ""), head_size=int(m.get("head_size", 64)),
+      use_rope=bool(m.get("use_rope", True)), task=name, task_options=task_options(config, name))

@@ -36,7 +36,7 @@ class Setup:
   abstract_params: dict
   param_shardings: dict
   encoder_config: dict | None = None  # bert: the HF config.json dict (saved into the workdir)
-  relation_types: tuple = ()  # task=relations: the relation types (the head and tail pointers' heads)
+  labels: tuple = ()  # the task's label space beyond `types` (`Task.labels`; entities: ())
 
   @property
   def block_size(self) -> int | None:
@@ -48,11 +48,10 @@ class Setup:
     return self.spec.ema_decay
 
 
-def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_config=None, platform=None,
-               relation_types=()):
+def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_config=None, platform=None, labels=()):
   """Returns (Setup, params). `load_weights=False` skips pretrained weights (they will be restored); `platform`:
   the target the precision policy is resolved for (`factory.precision`; default this machine's backend);
-  `relation_types`: task=relations."""
+  `labels`: the task's label space (`Task.labels`)."""
   num_types = len(types)
   spec = factory.run_spec(config, platform)  # the setup keeps this, not the config
   seed = spec.seed
@@ -60,7 +59,7 @@ def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_con
 
   def build(weights):
     return factory.build_model(config, tokenizer, num_types, seed=seed, load_weights=weights,
-                               encoder_config=encoder_config, platform=platform, num_relations=len(relation_types))
+                               encoder_config=encoder_config, platform=platform, labels=labels)
 
   abstract_model = nnx.eval_shape(lambda: build(False))
   graphdef, abs_params, abs_rest = nnx.split(abstract_model, nnx.Param, ...)
@@ -79,7 +78,7 @@ def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_con
   else:
     params, rest = place(on_host(create), (p_shard, rest_shard))
   setup = Setup(spec, list(types), tokenizer, mesh, graphdef, rest, abs_params, p_shard, encoder_config,
-                tuple(relation_types))
+                tuple(labels))
   return setup, params
 
 

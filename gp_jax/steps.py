@@ -28,6 +28,7 @@ from gp_jax.adversarial import ADVERSARIAL_KINDS, Adversarial  # noqa: F401 (ste
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax import tasks
+from gp_jax.tasks.base import grown_sizes
 
 log = logging.getLogger(__name__)
 
@@ -170,38 +171,37 @@ def make_train_steps(setup, tx, *, loss_kind: str, step_transform=None, donate: 
   return _train_fn(train_steps, setup, tx, loss_kind=loss_kind, step_transform=step_transform, donate=donate)
 
 
-def eval_step(params, batch, threshold=0.0, *, graphdef, rest, size, block_size=None, hit_sharding=None):
-  """Hits on device, then the batch's window_index [B]: entities (count, coords [size, 4] (row, type, start, end),
-  scores [size]); relations three such buffers (entity, head, tail) of `size` = (e, h, t). Span heads keep cells
-  with score > threshold. Rows become windows on the host (the task's `window_hits`)."""
+def eval_step(params, batch, threshold=0.0, *, graphdef, rest, decode, sizes, block_size=None, hit_sharding=None):
+  """Hits on device, then the batch's window_index [B]: `decode` (the task's) gives its hit buffers at `sizes`, each
+  (count, coords [size, 4] (row, class, i, j), scores [size]) (entities: the one buffer's three arrays). Span heads
+  keep cells with score > threshold. Rows become windows on the host (the task's `window_hits`)."""
   model = nnx.merge(graphdef, nnx.State(params), rest)
   model.eval()
-  hits = model.decode_hits(batch, size=size, block_size=block_size, threshold=threshold, hit_sharding=hit_sharding)
+  hits = decode(model, batch, sizes=sizes, block_size=block_size, threshold=threshold, hit_sharding=hit_sharding)
   return (*hits, batch["window_index"])
 
 
-def make_eval_step(setup, *, size):
-  """`eval_step` jitted for a hit buffer of `size` (the task's: an int, or one per buffer): (params, global batch,
+def make_eval_step(setup, *, size: tuple):
+  """`eval_step` jitted for the hit buffer sizes `size` (the task's tuple, `initial_hits`): (params, global batch,
   threshold) -> its outputs."""
   repl = shd.replicated(setup.mesh)
-  fn = functools.partial(eval_step, graphdef=setup.graphdef, rest=setup.rest, size=size,
-                         block_size=setup.block_size, hit_sharding=repl)
+  fn = functools.partial(eval_step, graphdef=setup.graphdef, rest=setup.rest, decode=tasks.of(setup.spec).decode,
+                         sizes=tuple(size), block_size=setup.block_size, hit_sharding=repl)
   return jax.jit(under_mesh(fn, setup.mesh), out_shardings=repl)
 
 
-def shape_label(step: str, shape: tuple, hits: int = 0) -> str:
-  """How the log names a program: "train L64 B16", "train L64 B16 x4" (4 steps a call), "eval L64 B32 hits 2048"."""
+def shape_label(step: str, shape: tuple, hits: tuple = ()) -> str:
+  """How the log names a program: "train L64 B16", "train L64 B16 x4" (4 steps a call), "eval L64 B32 hits 2048"
+  (one size per hit buffer: "hits 2048/2048/2048")."""
   *k, B, L = shape
-  if isinstance(hits, tuple):
-    hits = "/".join(str(h) for h in hits)
-  return f"{step} L{L} B{B}" + (f" x{k[0]}" if k else "") + (f" hits {hits}" if hits else "")
+  return f"{step} L{L} B{B}" + (f" x{k[0]}" if k else "") + (f" hits {_numbers(hits)}" if hits else "")
 
 
 class Dispatch:
   """Calls the executable compiled ahead (`aot`) for the batch argument's shape; another shape goes to the jitted
   function `fn` (compiled on first use, logged once per shape when programs were compiled ahead)."""
 
-  def __init__(self, fn, step: str, *, hits=0, name: str = ""):
+  def __init__(self, fn, step: str, *, hits: tuple = (), name: str = ""):
     self.fn, self.step, self.hits, self.name = fn, step, hits, name or step
     self.table: dict = {}  # ([steps,] rows, length) -> executable
     self.expect_ahead = False
@@ -263,20 +263,19 @@ class HitDecoder:
     return call(params, global_batch, thr)
 
   def __call__(self, params, global_batch, threshold: float = 0.0):
-    """The task's window hits of the global batch (entities: columns {"window", "start", "end", "type", "score"},
-    `merge.batch_hits`)."""
+    """The task's window hits of the global batch (`Task.window_hits`)."""
     thr = np.float32(threshold)
     out = self._run(self.size, params, global_batch, thr)
     counts = self.task.hit_counts(out)
-    grown = self.task.grown(self.size, counts)
+    grown = grown_sizes(self.size, counts)
     if grown != self.size:
       self.size = grown
       log.info("%s: %s hits in one batch, growing the hit buffer to %s", self.name, _numbers(counts),
                _numbers(grown))
       out = self._run(self.size, params, global_batch, thr)
-    return self.task.window_hits(out)
+    return self.task.window_hits(out, types=self.setup.types)
 
 
-def _numbers(x) -> str:
-  """5 -> "5"; (5, 7) -> "5/7" (one per hit buffer)."""
-  return "/".join(str(int(v)) for v in x) if isinstance(x, (tuple, list)) else str(int(x))
+def _numbers(x: tuple) -> str:
+  """(5,) -> "5"; (5, 7) -> "5/7" (one per hit buffer)."""
+  return "/".join(str(int(v)) for v in x)

@@ -30,10 +30,10 @@ from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax import threshold as threshold_lib
 from gp_jax.data import batching
-from gp_jax.evaluate import LENGTH_BUCKETS, Evaluator, flat_result
+from gp_jax.evaluate import Evaluator
 from gp_jax.optim import make_optimizer
 from gp_jax.steps import make_train_step, make_train_steps
-from gp_jax.tasks.relations import save_relation_types
+from gp_jax.tasks.base import flat_result
 
 log = logging.getLogger("gp_jax.train")
 
@@ -106,18 +106,18 @@ def setup_run(config, workdir) -> RunContext:
 
 def build_training(run: RunContext, train_it: batching.BatchIterator, tokenizer, types) -> state_lib.Training:
   """Model, optimizer and train state, started as `resume` decides (checkpoint, init_from or fresh)."""
-  spec = run.spec
+  spec, task = run.spec, tasks.of(run.spec)
   ckpts = resume.open_checkpoints(run.workdir, keep=spec.keep_checkpoints)
   setup, params = state_lib.init_model(run.config, tokenizer, types, run.mesh, load_weights=not ckpts.resuming,
                                        encoder_config=resume.encoder_config(ckpts, run.workdir),
-                                       relation_types=tasks.of(spec).split_relation_types(train_it.prepared))
+                                       labels=task.split_labels(train_it.prepared))
   n_params = state_lib.param_count(params)
   log.info("Model: %s encoder + %s head, %d parameters, dtype %s", spec.encoder, spec.head, n_params,
            spec.precision.dtype)
   if run.is_main:
     wd.save_run_files(run.workdir, config_json=run.config_json, types=types, tokenizer=tokenizer,
                       encoder_config=setup.encoder_config)
-    save_relation_types(run.workdir, setup.relation_types)
+    task.save_labels(run.workdir, setup.labels)
   total_steps = spec.num_train_steps or int(math.ceil(spec.num_epochs * train_it.steps_per_epoch))
   tx, lr_schedule = make_optimizer(spec.optimizer, total_steps, params)
   start_step, state = resume.initial_state(ckpts, setup, tx, params, train_it, seed=spec.seed,
@@ -235,114 +235,145 @@ class Pace:
             for L, (n, s, tokens, _) in sorted(self.by_length.items()) if n and s > 0]
 
 
+class Loop:
+  """The training loop's state between calls: the train state, the best dev F1 and patience, the step log, pace and
+  progress, and how the loop ended (`train_loop` drives it, one call of up to k steps at a time)."""
+
+  def __init__(self, run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, writer, hooks):
+    self.run, self.ts, self.splits, self.evaluator, self.writer, self.hooks = run, ts, splits, evaluator, writer, hooks
+    spec = run.spec
+    self.eval_every = spec.eval_every_steps or ts.train_it.steps_per_epoch
+    self.k = feed_lib.steps_per_execution(spec.steps_per_execution, spec.platform)
+    self.fns = tuple(make(ts.setup, ts.tx, loss_kind=spec.loss_kind, step_transform=hooks.step_transform)
+                     for make in (make_train_step, make_train_steps))
+    log.info("Training %d steps (%d per epoch, global batch %d), eval every %d, checkpoint every %d, up to %d steps "
+             "per call", ts.total_steps, ts.train_it.steps_per_epoch, spec.batch_size, self.eval_every,
+             spec.checkpoint_every_steps, self.k)
+    best_step = ts.best_mngr.best_step()
+    self.best_f1 = float(ts.best_mngr.metrics(best_step)["dev_f1"]) if best_step is not None else -1.0
+    self.patience = EarlyStop(spec.early_stop_patience, ts.train_it.steps_per_epoch, best_step)
+    self.bar = None
+    if run.is_main and run.config.progress_bar and reporting.is_tty():
+      self.bar = tqdm(total=ts.total_steps, initial=ts.start_step, desc="train", dynamic_ncols=True)
+    self.steps = reporting.StepLog(ts, writer, spec.log_every_steps, self.bar,
+                                   check=lambda step, metrics: check_finite(step, metrics, ts.mngr))
+    self.state, self.pace = ts.state, Pace()
+    self.preempted = self.stopped_early = False
+    self.stop_signal, self.n_calls, self.progress = None, 0, None
+    # A resumed run that had stopped early starts at its end.
+    self.first = ts.total_steps if self.patience.exhausted(ts.start_step) else ts.start_step
+    self.groups = feed_lib.plan(ts.train_it.upcoming_lengths(ts.total_steps - self.first), start=self.first, k=self.k,
+                                every=(self.eval_every, spec.checkpoint_every_steps, ts.train_it.steps_per_epoch),
+                                total=ts.total_steps)
+
+  def save(self, step: int) -> None:
+    t0 = time.perf_counter()
+    ckpt_lib.save(self.ts.mngr, step, state=self.state, data_state=self.ts.train_it.get_state(),
+                  config_json=self.run.config_json)
+    log.info("checkpoint at step %d: %.2f s", step, time.perf_counter() - t0)
+
+  def call(self, calls: Calls, fed: feed_lib.Fed, preemption) -> bool:
+    """One call of `fed.group.size` steps, then what falls due at its end; True when the loop stops."""
+    ts, spec, mngr = self.ts, self.run.spec, self.ts.mngr
+    self.state, metrics = calls(self.state, fed)
+    self.n_calls += 1
+    ts.train_it.skip(fed.group.size)
+    ts.train_it.add_span_overflow(fed.span_overflow)
+    self.steps.count(fed.tokens, fed.examples)
+    self.pace.dispatched(fed.group.length, fed.tokens, fed.group.size)
+    done = fed.group.end
+    self.steps.dispatched(done, metrics, size=fed.group.size)
+    if self.n_calls == 1:
+      jax.block_until_ready(metrics)
+      log.info(runtime.first_step_line())
+    if self.progress is not None:
+      self.progress.update(done)
+    last = done == ts.total_steps
+    if done % self.eval_every == 0 or last:
+      check_finite(done, metrics, mngr)
+      last = self.evaluate(done) or last
+      self.writer.sync()
+    if done % spec.checkpoint_every_steps == 0 or last:
+      check_finite(done, metrics, mngr)
+      self.save(done)
+      self.pace.interrupted()
+      if self.hooks.after_checkpoint is not None:
+        mngr.wait_until_finished()
+        self.hooks.after_checkpoint(done)
+    if self.stopped_early:
+      return True
+    if preemption.should_stop(done):  # once per call; all processes agree (runtime.Preemption)
+      self.preempt(done, metrics, preemption)
+      return True
+    return False
+
+  def evaluate(self, done: int) -> bool:
+    """Dev evaluation at `done` (best/ kept); True when early stopping ends the run here."""
+    if "dev" not in self.splits:
+      return False
+    t_eval = time.time()
+    f1 = evaluate_dev(self.run, self.ts, self.evaluator, self.writer, self.splits["dev"],
+                      state_lib.eval_params(self.state), done, self.best_f1)
+    self.steps.last_dev = f1
+    if f1 > self.best_f1:
+      self.best_f1, self.patience.best_step = f1, done
+    self.steps.pause(time.time() - t_eval)
+    self.pace.interrupted()
+    if self.patience.exhausted(done) and done != self.ts.total_steps:
+      log.info("Early stop at step %d (epoch %.2f): dev F1 has not improved for %s epochs since step %d", done,
+               done / self.ts.train_it.steps_per_epoch, self.patience.epochs, self.patience.best_step)
+      self.stopped_early = True
+    return self.stopped_early
+
+  def preempt(self, done: int, metrics, preemption) -> None:
+    mngr = self.ts.mngr
+    self.stop_signal = preemption.signal_name or "SIGTERM"  # several processes: the coordination service's notice
+    log.warning("%s at step %d: saving its checkpoint, then stopping%s", self.stop_signal, done,
+                " (Ctrl-C again stops at once, without it)" if self.stop_signal == "SIGINT" else "")
+    check_finite(done, metrics, mngr)
+    if mngr.latest_step() != done:
+      self.save(done)
+    mngr.wait_until_finished()
+    log.warning("%s: saved checkpoint at step %d in %s; exiting", self.stop_signal, done, mngr.directory)
+    self.preempted = True
+
+  def finish(self) -> dict:
+    """Flushes logs and checkpoints; {steps, preempted, train_tokens_per_s, ...}."""
+    ts = self.ts
+    self.steps.flush()
+    for line in self.pace.lines():
+      log.info(line)
+    if self.bar is not None:
+      self.bar.close()
+    ts.mngr.wait_until_finished()
+    ts.best_mngr.wait_until_finished()
+    ts.state = self.state
+    done_steps = int(jax.device_get(self.state["step"]))
+    log.info("%d steps in %d calls", done_steps - self.first, self.n_calls)
+    return {"steps": done_steps, "epochs": done_steps / ts.train_it.steps_per_epoch, "preempted": self.preempted,
+            **({"signal": self.stop_signal} if self.preempted else {}),
+            "stopped_early": self.stopped_early or self.first != ts.start_step,
+            "train_tokens_per_s": self.steps.tokens_per_s, "span_overflow": ts.train_it.span_overflow,
+            "steps_per_execution": self.k, "train_calls": self.n_calls}
+
+
 def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, writer, hooks: TrainHooks) -> dict:
   """Steps from ts.start_step to ts.total_steps, in calls of up to k same-bucket steps (`feed`); returns {steps,
   preempted, train_tokens_per_s, ...}."""
-  spec, mesh, mngr = run.spec, run.mesh, ts.mngr
-  eval_every = spec.eval_every_steps or ts.train_it.steps_per_epoch
-  k = feed_lib.steps_per_execution(spec.steps_per_execution, spec.platform)
-  fns = tuple(make(ts.setup, ts.tx, loss_kind=spec.loss_kind, step_transform=hooks.step_transform)
-              for make in (make_train_step, make_train_steps))
-  log.info("Training %d steps (%d per epoch, global batch %d), eval every %d, checkpoint every %d, up to %d steps "
-           "per call", ts.total_steps, ts.train_it.steps_per_epoch, spec.batch_size, eval_every,
-           spec.checkpoint_every_steps, k)
-  best_step = ts.best_mngr.best_step()
-  best_f1 = float(ts.best_mngr.metrics(best_step)["dev_f1"]) if best_step is not None else -1.0
-  patience = EarlyStop(spec.early_stop_patience, ts.train_it.steps_per_epoch, best_step)
-  bar = None
-  if run.is_main and run.config.progress_bar and reporting.is_tty():
-    bar = tqdm(total=ts.total_steps, initial=ts.start_step, desc="train", dynamic_ncols=True)
-  steps = reporting.StepLog(ts, writer, spec.log_every_steps, bar,
-                           check=lambda step, metrics: check_finite(step, metrics, ts.mngr))
-  state = ts.state
-  pace = Pace()
-
-  def save(step):
-    t0 = time.perf_counter()
-    ckpt_lib.save(mngr, step, state=state, data_state=ts.train_it.get_state(), config_json=run.config_json)
-    log.info("checkpoint at step %d: %.2f s", step, time.perf_counter() - t0)
-
-  preempted = stopped_early = False
-  stop_signal = None
-  first = ts.total_steps if patience.exhausted(ts.start_step) else ts.start_step  # a resumed run that had stopped
-  groups = feed_lib.plan(ts.train_it.upcoming_lengths(ts.total_steps - first), start=first, k=k,
-                         every=(eval_every, spec.checkpoint_every_steps, ts.train_it.steps_per_epoch),
-                         total=ts.total_steps)
-  calls = compile_ahead(run, ts, splits, evaluator, fns, groups)
-  batches = feed_lib.Feed(ts.train_it, groups, mesh)
-  n_calls = 0
-  progress = None  # without a bar, the log says how far and how fast
-  if run.is_main and bar is None:
-    every_s = float(run.config.get("progress_log_seconds", 30.0))
-    progress = reporting.Progress(ts.total_steps, start=first, every_s=every_s)
+  loop = Loop(run, ts, splits, evaluator, writer, hooks)
+  calls = compile_ahead(run, ts, splits, evaluator, loop.fns, loop.groups)
+  batches = feed_lib.Feed(ts.train_it, loop.groups, run.mesh)
+  if run.is_main and loop.bar is None:  # without a bar, the log says how far and how fast
+    loop.progress = reporting.Progress(ts.total_steps, start=loop.first,
+                                       every_s=float(run.config.get("progress_log_seconds", 30.0)))
   try:
     with runtime.Preemption() as preemption:
       for fed in batches:
-        state, metrics = calls(state, fed)
-        n_calls += 1
-        ts.train_it.skip(fed.group.size)
-        ts.train_it.add_span_overflow(fed.span_overflow)
-        steps.count(fed.tokens, fed.examples)
-        pace.dispatched(fed.group.length, fed.tokens, fed.group.size)
-        done = fed.group.end
-        steps.dispatched(done, metrics, size=fed.group.size)
-        if n_calls == 1:
-          jax.block_until_ready(metrics)
-          log.info(runtime.first_step_line())
-        if progress is not None:
-          progress.update(done)
-        last = done == ts.total_steps
-        if done % eval_every == 0 or last:
-          check_finite(done, metrics, mngr)
-          if "dev" in splits:
-            t_eval = time.time()
-            steps.last_dev = evaluate_dev(run, ts, evaluator, writer, splits["dev"], state_lib.eval_params(state),
-                                          done, best_f1)
-            if steps.last_dev > best_f1:
-              best_f1, patience.best_step = steps.last_dev, done
-            steps.pause(time.time() - t_eval)
-            pace.interrupted()
-            if patience.exhausted(done) and not last:
-              log.info("Early stop at step %d (epoch %.2f): dev F1 has not improved for %s epochs since step %d",
-                       done, done / ts.train_it.steps_per_epoch, patience.epochs, patience.best_step)
-              last = stopped_early = True
-          writer.sync()
-        if done % spec.checkpoint_every_steps == 0 or last:
-          check_finite(done, metrics, mngr)
-          save(done)
-          pace.interrupted()
-          if hooks.after_checkpoint is not None:
-            mngr.wait_until_finished()
-            hooks.after_checkpoint(done)
-        if stopped_early:
-          break
-        if preemption.should_stop(done):  # once per call; all processes agree (runtime.Preemption)
-          stop_signal = preemption.signal_name or "SIGTERM"  # several processes: the coordination service's notice
-          log.warning("%s at step %d: saving its checkpoint, then stopping%s", stop_signal, done,
-                      " (Ctrl-C again stops at once, without it)" if stop_signal == "SIGINT" else "")
-          check_finite(done, metrics, mngr)
-          if mngr.latest_step() != done:
-            save(done)
-          mngr.wait_until_finished()
-          log.warning("%s: saved checkpoint at step %d in %s; exiting", stop_signal, done, mngr.directory)
-          preempted = True
+        if loop.call(calls, fed, preemption):
           break
   finally:
     batches.close()
-  steps.flush()
-  for line in pace.lines():
-    log.info(line)
-  if bar is not None:
-    bar.close()
-  mngr.wait_until_finished()
-  ts.best_mngr.wait_until_finished()
-  ts.state = state
-  done_steps = int(jax.device_get(state["step"]))
-  log.info("%d steps in %d calls", done_steps - first, n_calls)
-  return {"steps": done_steps, "epochs": done_steps / ts.train_it.steps_per_epoch, "preempted": preempted,
-          **({"signal": stop_signal} if preempted else {}), "stopped_early": stopped_early or first != ts.start_step,
-          "train_tokens_per_s": steps.tokens_per_s, "span_overflow": ts.train_it.span_overflow,
-          "steps_per_execution": k, "train_calls": n_calls}
+  return loop.finish()
 
 
 def final_evaluation(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, writer, steps: int) -> dict:
@@ -446,7 +477,7 @@ def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> d
         log.info(line)
       splits, tokenizer, types = factory.prepare_data(config, tokenizer=resume.saved_tokenizer(run.workdir))
       train_it = factory.train_batches(run.spec, splits["train"])
-      summary["split_stats"] = {k: dataclasses.asdict(v.stats) for k, v in splits.items()}
+      summary["split_stats"] = {k: v.all_stats() for k, v in splits.items()}
       scheme = run.spec.tag_scheme
       if scheme:
         # One tag layer: nested gold spans it cannot hold stay in the gold set (scored as misses) and are counted.
@@ -460,7 +491,7 @@ def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> d
       ts = build_training(run, train_it, tokenizer, types)
       summary["parameters"] = ts.n_params
       summary["head_kind"] = "tagger" if scheme else "span"
-      summary["length_buckets"] = [label for label, *_ in LENGTH_BUCKETS]
+      summary.update(tasks.of(run.spec).run_fields())
       summary["ema_decay"] = ts.setup.ema_decay
       summary["eval_weights"] = "ema" if ts.setup.ema_decay else "params"
       adversarial = run.spec.adversarial

@@ -25,11 +25,12 @@ def test_batch_structure_is_what_the_pipeline_builds(prepared, scheme):
   for length in (16, 32):
     real = model_batch(it.filler(length))
     want = {k: (v.shape, v.dtype) for k, v in real.items()}
-    got = aot.batch_structure(CharTok.feature_names, num_types=len(TYPES), batch=4, length=length,
-                              tagger=scheme is not None)
+    got = aot.batch_structure(CharTok.feature_names, batch=4, length=length, tagger=scheme is not None,
+                              targets={"span_ids": (4, len(TYPES), length)})
     assert {k: (v.shape, np.dtype(v.dtype)) for k, v in got.items()} == want
-  evals = batching.eval_batches(prepared, batch_size=4, buckets=(16,))  # eval batches carry no tags
-  got = aot.batch_structure(CharTok.feature_names, num_types=len(TYPES), batch=4, length=16)
+  evals = batching.eval_batches(prepared, batch_size=4, buckets=(16,))  # eval batches carry no targets, no tags
+  got = aot.batch_structure(CharTok.feature_names, batch=4, length=16)
+  assert "span_ids" not in got
   assert {k: v.shape for k, v in got.items()} == {k: v.shape for k, v in model_batch(evals.filler(16)).items()}
   first = model_batch(next(it))  # a real batch has the filler's structure
   assert {k: v.shape[1:] for k, v in first.items()} == {k: v.shape[1:] for k, v in model_batch(

@@ -192,8 +192,8 @@ def test_head_kind_and_buckets_read_from_results(tmp_path):
 
 
 def test_head_kind_and_buckets_fallback_for_old_results(tmp_path, monkeypatch):
-  from gp_jax import evaluate
   from gp_jax.models import taggers
+  from gp_jax.tasks import entities as evaluate  # the entity task's by-length buckets
 
   root = str(tmp_path / "runs")
   _run(root, "a/head=crf,seed=0", dataset="msra", rope=True, seed=0, head="crf")
@@ -403,9 +403,9 @@ def test_paired_bootstrap_equals_a_plain_loop(monkeypatch):
   of a plain loop over the same 10,000 draws, F1 from Python sums."""
   import numpy as np
 
-  from launch.report import stats
+  from launch.report import paired, stats
 
-  monkeypatch.setattr(stats, "_BOOTSTRAP_CELLS", 7 * 300)
+  monkeypatch.setattr(paired, "_BOOTSTRAP_CELLS", 7 * 300)
   rng = np.random.default_rng(123)
   a, b = rng.integers(0, 4, size=(3, 3, 7)), rng.integers(0, 4, size=(3, 3, 7))
   b[:, 0] = np.maximum(b[:, 0] - 1, 0)  # B finds fewer entities: a positive difference

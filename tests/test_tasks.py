@@ -12,7 +12,6 @@ from gp_jax.data.sources import relation_records, relation_types
 from gp_jax.errors import UserError
 from gp_jax.evaluate import model_batch
 from gp_jax.metrics import triple_prf
-from gp_jax.tasks.relations import overlap_kind
 from tests import helpers_train as ht
 from tests.data.fakes import CharTok
 
@@ -33,6 +32,12 @@ def prepare(recs, max_len):
   task = tasks.get("relations")()
   rel = relation_types(train=recs, dev=[], test=[])
   return task, task.prepare(recs, CharTok(), list(TYPES), rel, name="t", max_len=max_len, stride=8)
+
+
+def target_batches(p, task, batch_size, buckets):
+  """Training batches (the task's targets) of every window in order."""
+  assemble = batching._Assembler(p, buckets, batch_size, 0, 1, targets=task.batch_targets)
+  return [assemble(win_B) for win_B in batching._to_batches(np.arange(p.num_windows), batch_size)]
 
 
 def reference_targets(recs, p, L):
@@ -66,11 +71,12 @@ def test_relation_targets_match_a_plain_python_construction(max_len):
   recs = records()
   task, p = prepare(recs, max_len)
   if max_len == 24:
-    assert p.stats.relations_split > 0 and p.stats.split_records > 0
-  rel_types = p.relations.types
+    assert p.table.stats["relations_split"] > 0 and p.stats.split_records > 0
+  rel_types = p.table.types
   got_any = 0
-  entity_it = batching.eval_batches(p, batch_size=8, buckets=(16,))
-  rel_it = batching.eval_batches(p, batch_size=8, buckets=(16,), targets=task.batch_targets)
+  entity_it = target_batches(p, tasks.get("entities")(), 8, (16,))
+  rel_it = target_batches(p, task, 8, (16,))
+  assert len(entity_it) == len(rel_it) > 1
   for ent_batch, batch in zip(entity_it, rel_it):
     L = batch["attention_mask"].shape[1]
     want = reference_targets(recs, p, L)
@@ -92,10 +98,15 @@ def test_relation_targets_match_a_plain_python_construction(max_len):
 
 def test_relation_batch_structure_is_what_the_pipeline_builds():
   task, p = prepare(records(), 64)
-  batch = model_batch(next(iter(batching.eval_batches(p, batch_size=4, buckets=(), targets=task.batch_targets))))
-  shapes = task.target_shapes(num_types=len(TYPES), num_relations=len(p.relations.types), batch=4, length=64)
-  want = aot.batch_structure(CharTok.feature_names, num_types=len(TYPES), batch=4, length=64, targets=shapes)
+  batch = model_batch(target_batches(p, task, 4, ())[0])
+  shapes = task.target_shapes(p.table.types, num_types=len(TYPES), batch=4, length=64)
+  want = aot.batch_structure(CharTok.feature_names, batch=4, length=64, targets=shapes)
   assert {k: (v.shape, v.dtype) for k, v in want.items()} == {k: (v.shape, v.dtype) for k, v in batch.items()}
+  # Eval batches carry no targets, and their structure is the eval program's.
+  batch = model_batch(next(iter(batching.eval_batches(p, batch_size=4, buckets=()))))
+  want = aot.batch_structure(CharTok.feature_names, batch=4, length=64)
+  assert {k: (v.shape, v.dtype) for k, v in want.items()} == {k: (v.shape, v.dtype) for k, v in batch.items()}
+  assert not {"span_ids", "entity_ids", "head_ids", "tail_ids", "tags"} & set(batch)
 
 
 def gold_window_out(p, window_B):
@@ -106,7 +117,7 @@ def gold_window_out(p, window_B):
       continue
     for s, e, t in p.window_spans(w).tolist():
       ents.append((row, t, s, e))
-    for ss, se, os_, oe, r in p.window_relations(w).tolist():
+    for ss, se, os_, oe, r in p.table.window_relations(w).tolist():
       heads.append((row, r, ss, os_))
       tails.append((row, r, se, oe))
 
@@ -122,13 +133,13 @@ def test_gold_hits_assemble_into_records_that_score_one(max_len):
   recs = [r for r in records() if r["id"] != "epo"]
   task, p = prepare(recs, max_len)
   hits = []
-  for batch in batching.eval_batches(p, batch_size=8, buckets=(), targets=task.batch_targets):
-    hits.append(task.window_hits(gold_window_out(p, batch["window_index"])))
+  for batch in batching.eval_batches(p, batch_size=8, buckets=()):
+    hits.append(task.window_hits(gold_window_out(p, batch["window_index"]), types=p.types))
   predictions = task.assemble(p, task.concat_hits(hits))
   assert len(predictions) == len(recs)
   result = task.score(p, predictions)
-  held = int(np.sum(p.relations.status == windows.OK))
-  split = int(np.sum(p.relations.status == windows.LOST))
+  held = int(np.sum(p.table.status == windows.OK))
+  split = int(np.sum(p.table.status == windows.LOST))
   assert result["gold"] == held + split and result["tp"] == result["pred"] == held
   for form in ("boundaries", "strict", "string"):
     assert result["triples"][form]["tp"] == held
@@ -154,18 +165,23 @@ def test_triple_metric_forms_and_macro():
   assert r["macro_f1"] == pytest.approx((f1_a + 0.0) / 2)  # relations with gold triples: a, b
 
 
-def test_overlap_kinds():
-  assert overlap_kind([((0, 1), "r", (2, 3))]) == "normal"
-  assert overlap_kind([((0, 1), "r", (2, 3)), ((0, 1), "s", (5, 6))]) == "seo"
-  assert overlap_kind([((0, 1), "r", (2, 3)), ((2, 3), "s", (0, 1))]) == "epo"
-  assert overlap_kind([]) == "normal"
-
-
 def test_run_spec_resolves_the_task_and_refuses_what_relations_cannot_train():
   assert factory.run_spec(ht.tiny_config()).task == "entities"
   spec = factory.run_spec(ht.tiny_config(task="relations"))
-  assert (spec.task, spec.triple_match) == ("relations", "boundaries")
-  assert factory.run_spec(ht.tiny_config(task="relations", **{"data.name": "casrel"})).triple_match == "string"
+  assert spec.task == "relations"
+  assert spec.task_options == (("match", "boundaries"), ("pointer_rope", False), ("roles", ()))
+  casrel = factory.run_spec(ht.tiny_config(task="relations", **{"data.name": "casrel", "model.pointer_rope": True}))
+  assert dict(casrel.task_options) == {"match": "string", "roles": ("subject", "object"), "pointer_rope": True}
+  hash(casrel)  # the spec stays hashable
+  # A jsonl corpus states what a CasRel file implies with data fields; they decide the same options.
+  stated = factory.run_spec(ht.tiny_config(task="relations", **{"data.name": "jsonl", "data.roles": "subject,object",
+                                                                 "data.match": "string"}))
+  assert dict(stated.task_options) == dict(casrel.task_options, pointer_rope=False)
+  assert tasks.of(casrel).options == dict(casrel.task_options)
+  assert factory.run_spec(ht.tiny_config()).task_options == ()
+  for bad in ({"data.roles": "subject"}, {"data.roles": "a,a"}, {"data.match": "strings"}):
+    with pytest.raises(UserError, match="data.roles|data.match"):
+      factory.run_spec(ht.tiny_config(task="relations", **bad))
   assert isinstance(tasks.of(spec), tasks.get("relations")) and isinstance(tasks.of(factory.run_spec(ht.tiny_config())),
                                                                        tasks.get("entities"))
   with pytest.raises(UserError, match="task='events'"):
@@ -178,7 +194,7 @@ def test_run_spec_resolves_the_task_and_refuses_what_relations_cannot_train():
 
 def test_rows_over_the_candidate_budget_give_no_triples_and_the_others_are_unchanged():
   from gp_jax.ops.relations import assemble_triples
-  from gp_jax.tasks.relations import bounded_rows
+  from gp_jax.tasks.relations.host import bounded_rows
 
   rng = np.random.default_rng(0)
   B, E, R, L = 6, 2, 3, 12
@@ -224,14 +240,14 @@ def test_roles_hold_on_role_typed_corpora_only(types):
   recs = [{"id": "r", "text": "Ab_likes_XY", "entities": [
       {"start": 0, "end": 2, "type": first}, {"start": 9, "end": 11, "type": second}],
            "relations": [{"head": 0, "tail": 1, "type": "likes"}]}]
-  task = tasks.get("relations")()
+  task = tasks.get("relations")(roles=("subject", "object") if types == ("object", "subject") else ())
   p = task.prepare(recs, CharTok(), list(types), ("likes",), name="t", max_len=32, stride=8)
-  batch = next(iter(batching.eval_batches(p, batch_size=2, buckets=(), targets=task.batch_targets)))
+  batch = next(iter(batching.eval_batches(p, batch_size=2, buckets=())))
   (ne, ent, es), (nh, head, hs), (nt, tail, ts), window_B = gold_window_out(p, batch["window_index"])
-  (ss, se, os_, oe, _), = p.window_relations(0).tolist()
+  (ss, se, os_, oe, _), = p.table.window_relations(0).tolist()
   head = np.concatenate([head[:nh], [[0, 0, os_, ss]]]).astype(np.int32)  # the reversed pair
   tail = np.concatenate([tail[:nt], [[0, 0, oe, se]]]).astype(np.int32)
   out = ((ne, ent, es), (2, head, np.ones(2, np.float32)), (2, tail, np.ones(2, np.float32)), window_B)
-  pred = task.assemble(p, task.concat_hits([task.window_hits(out)]))[0]
+  pred = task.assemble(p, task.concat_hits([task.window_hits(out, types=p.types)]))[0]
   got = {(pred["entities"][x["head"]]["start"], pred["entities"][x["tail"]]["start"]) for x in pred["relations"]}
   assert got == ({(0, 9)} if types == ("object", "subject") else {(0, 9), (9, 0)})

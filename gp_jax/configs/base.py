@@ -38,6 +38,8 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.data.conll_tag_cols = ()  # conll: 0-based tag columns, outer level first, one per nesting level; () = the last column
   c.data.conll_joiner = "auto"  # conll: string between tokens; "auto" = "" when every token is one char and >= half are CJK, else " "
   c.data.strict = True  # user files: raise on bad records (False: skip them and report counts)
+  c.data.roles = ""  # task=relations: "subject_type,object_type" when entity types are the roles ("" = none; casrel/webnlg_star: subject,object)
+  c.data.match = ""  # task=relations: triple form selecting checkpoints, string|boundaries ("" = string on casrel/webnlg_star, else boundaries)
   c.data.manual_dir = ""  # corpus source files ("" = $GP_JAX_DATA/<name> or ../shared/data/<name>)
   c.data.tfds_dir = ""  # where TFDS builders write ("" = ~/.cache/gp_jax/tfds)
   c.data.train_split = "train"  # split names for corpora

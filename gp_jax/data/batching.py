@@ -6,12 +6,13 @@ in `gp_jax.data.windows`:
   attention_mask   int32 [B, L]   1 on every real token (specials included)
   span_mask        int32 [B, L]   1 on content tokens only
   positions        int32 [B, L]   document positions (0 on padding)
-  span_ids         int32 [B, H, L] flat i * L + j of gold spans (K = L), -1 padded
+  span_ids         int32 [B, H, L] flat i * L + j of gold spans (K = L), -1 padded (training batches only)
   example_index    int32 [B]      record index in the split, -1 on filler rows
   window_start     int32 [B]      content-token offset of the window in its record (0 on filler)
   window_index     int32 [B]      window index in the PreparedSplit, -1 on filler rows
-A task's `targets` (`gp_jax.tasks`) may put other target arrays in place of span_ids (task=relations:
-entity_ids [B, H, L], head_ids and tail_ids [B, R, L]).
+Training batches carry the targets of their task's `batch_targets` (`gp_jax.tasks`), built from the span_ids above
+(`span_targets`: span_ids alone; task=relations: entity_ids [B, H, L], head_ids and tail_ids [B, R, L]); eval and
+predict batches carry none.
 
 `batch_size` is global; with several processes each one builds its rows [i * B / n, (i + 1) * B / n)
 of the same global batch, and all of them pick the same bucket.
@@ -47,15 +48,21 @@ def _check_hosts(batch_size: int, process_index: int, process_count: int) -> Non
     raise ValueError(f"process_index={process_index} not in [0, {process_count})")
 
 
+def span_targets(p: PreparedSplit, rows: np.ndarray, w: np.ndarray, span_ids_BHK: np.ndarray, L: int):
+  """The span classes' targets alone: ({"span_ids": span_ids_BHK}, 0 dropped) (a task's `batch_targets`)."""
+  return {"span_ids": span_ids_BHK}, 0
+
+
 class _Assembler:
-  """Builds the rows [lo, hi) of a global batch of window indices (-1 = filler)."""
+  """Builds the rows [lo, hi) of a global batch of window indices (-1 = filler); with `targets` (training) the
+  task's target arrays too."""
 
   def __init__(self, prepared: PreparedSplit, buckets, batch_size, process_index, process_count,
                tag_scheme: str | None = None, targets=None):
     _check_hosts(batch_size, process_index, process_count)
     self.p = prepared
     self.tag_scheme = tag_scheme
-    # targets(prepared, rows, windows, span_ids_BHK, L) -> (the batch's target arrays, targets dropped); None: span_ids
+    # targets(prepared, rows, windows, span_ids_BHK, L) -> (the batch's target arrays, targets dropped); None: eval
     self.targets = targets
     self.buckets = np.asarray(normalize_buckets(buckets, prepared.max_len), np.int64)
     self.batch_size = batch_size
@@ -84,7 +91,7 @@ class _Assembler:
     p = self.p
     L = length or self.bucket(win_B)
     win_B = win_B[self.lo:self.hi]
-    B, H = win_B.shape[0], len(p.types)
+    B = win_B.shape[0]
     rows = np.nonzero(win_B >= 0)[0]
     w = win_B[rows]
     # Tokens: flat (row, col) of every real token of the rows.
@@ -104,19 +111,6 @@ class _Assembler:
     span_mask_BL[row_f, col_f] = (col_f >= p.num_prefix) & (col_f < content_end)
     positions_BL = np.zeros((B, L), np.int32)
     positions_BL[row_f, col_f] = np.repeat(p.window_start[w], lens) + col_f
-    # Targets: spans are sorted by (window, type, start, end), rows ascend -> groups are contiguous.
-    n_sp = p.span_ptr[w + 1] - p.span_ptr[w]
-    sp = p.spans_S3[_ranges(p.span_ptr[w], n_sp)].astype(np.int64)
-    sp_row = np.repeat(rows, n_sp)
-    group = sp_row * max(H, 1) + sp[:, 2]
-    rank = np.arange(group.shape[0]) - np.searchsorted(group, group, side="left")
-    keep = rank < L
-    span_ids_BHK = np.full((B, H, L), -1, np.int32)
-    span_ids_BHK[sp_row[keep], sp[keep, 2], rank[keep]] = sp[keep, 0] * L + sp[keep, 1]
-    over = int((~keep).sum())
-    if over:
-      self.span_overflow += over
-      logging.warning("%s: %d gold spans dropped: more than K=L=%d of one type in a window", p.name, over, L)
     example_index_B = np.full(B, -1, np.int32)
     example_index_B[rows] = p.window_record[w]
     window_start_B = np.zeros(B, np.int32)
@@ -127,9 +121,9 @@ class _Assembler:
       for r, wi in zip(rows.tolist(), w.tolist()):
         tags_BL[r, :p.window_len[wi]] = window_tags(p, wi, scheme=self.tag_scheme)[0]
       extra["tags"] = tags_BL
-    targets = {"span_ids": span_ids_BHK}
+    targets = {}
     if self.targets is not None:
-      targets, over = self.targets(p, rows, w, span_ids_BHK, L)
+      targets, over = self.targets(p, rows, w, self.span_ids(rows, w, B=B, L=L), L)
       if over:
         self.span_overflow += over
         logging.warning("%s: %d gold targets dropped: more than K=L=%d of one type in a window", p.name, over, L)
@@ -144,6 +138,27 @@ class _Assembler:
         "window_start": window_start_B,
         "window_index": win_B.astype(np.int32),
     }
+
+
+  def span_ids(self, rows: np.ndarray, w: np.ndarray, *, B: int, L: int) -> np.ndarray:
+    """int32 [B, H, L]: flat i * L + j of each row's gold spans per class (K = L), -1 padded; spans beyond K are
+    dropped, counted and logged."""
+    p = self.p
+    H = len(p.types)
+    # Spans are sorted by (window, type, start, end), rows ascend -> groups are contiguous.
+    n_sp = p.span_ptr[w + 1] - p.span_ptr[w]
+    sp = p.spans_S3[_ranges(p.span_ptr[w], n_sp)].astype(np.int64)
+    sp_row = np.repeat(rows, n_sp)
+    group = sp_row * max(H, 1) + sp[:, 2]
+    rank = np.arange(group.shape[0]) - np.searchsorted(group, group, side="left")
+    keep = rank < L
+    span_ids_BHK = np.full((B, H, L), -1, np.int32)
+    span_ids_BHK[sp_row[keep], sp[keep, 2], rank[keep]] = sp[keep, 0] * L + sp[keep, 1]
+    over = int((~keep).sum())
+    if over:
+      self.span_overflow += over
+      logging.warning("%s: %d gold spans dropped: more than K=L=%d of one type in a window", p.name, over, L)
+    return span_ids_BHK
 
 
 def window_tags(p: PreparedSplit, w: int, *, scheme: str) -> tuple[np.ndarray, int]:
@@ -182,7 +197,7 @@ class BatchIterator(Iterator[dict[str, Any]]):
 
   def __init__(self, prepared: PreparedSplit, *, batch_size: int, buckets, seed: int,
                process_index: int = 0, process_count: int = 1, chunk_batches: int = 100,
-               tag_scheme: str | None = None, bucket_run: int = 0, targets=None):
+               tag_scheme: str | None = None, bucket_run: int = 0, targets=span_targets):
     if bucket_run < 0:
       raise ValueError(f"bucket_run={bucket_run} must be >= 0 (0 = interleaved buckets)")
     if prepared.num_windows == 0:
@@ -298,23 +313,24 @@ class BatchIterator(Iterator[dict[str, Any]]):
 
 def train_batches(prepared: PreparedSplit, *, batch_size: int, buckets: Sequence[int] | None, seed: int,
                   process_index: int = 0, process_count: int = 1, tag_scheme: str | None = None,
-                  bucket_run: int = 0, targets=None) -> BatchIterator:
+                  bucket_run: int = 0, targets=span_targets) -> BatchIterator:
   """Infinite, resumable training batches; `batch_size` is global, each process gets its rows.
 
   `tag_scheme` (BIO/BIOES): batches also carry `tags` [B, L] for tagger heads (see `window_tags`).
   `bucket_run` > 0: batches of one bucket come in runs of this many (see `BatchIterator`).
-  `targets`: a task's target arrays (`_Assembler`); None: span_ids."""
+  `targets`: the task's `batch_targets` (`_Assembler`); `span_targets`: span_ids alone."""
   return BatchIterator(prepared, batch_size=batch_size, buckets=buckets, seed=seed,
                        process_index=process_index, process_count=process_count, tag_scheme=tag_scheme,
                        bucket_run=bucket_run, targets=targets)
 
 
 class EvalBatches:
-  """Every window exactly once, sorted by length; re-iterable; the last batch may hold filler."""
+  """Every window exactly once, sorted by length, without targets (evaluation and predict); re-iterable; the last
+  batch may hold filler."""
 
   def __init__(self, prepared: PreparedSplit, *, batch_size: int, buckets, process_index: int = 0,
-               process_count: int = 1, targets=None):
-    self._assemble = _Assembler(prepared, buckets, batch_size, process_index, process_count, targets=targets)
+               process_count: int = 1):
+    self._assemble = _Assembler(prepared, buckets, batch_size, process_index, process_count)
     order = np.argsort(prepared.window_len, kind="stable")
     self.batches = _to_batches(order, batch_size)
 
@@ -334,6 +350,6 @@ class EvalBatches:
 
 
 def eval_batches(prepared: PreparedSplit, *, batch_size: int, buckets: Sequence[int] | None,
-                 process_index: int = 0, process_count: int = 1, targets=None) -> EvalBatches:
+                 process_index: int = 0, process_count: int = 1) -> EvalBatches:
   return EvalBatches(prepared, batch_size=batch_size, buckets=buckets, process_index=process_index,
-                     process_count=process_count, targets=targets)
+                     process_count=process_count)

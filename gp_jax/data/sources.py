@@ -10,7 +10,7 @@ import string
 from gp_jax.data.cblue import read_cblue
 from gp_jax.data.corpora import corpus_types, load_split
 from gp_jax.data.readers import DataError, read_conll, read_jsonl
-from gp_jax.data.relations import read_casrel
+from gp_jax.data.relations import OBJECT, ROLES, SUBJECT, read_casrel
 from gp_jax.data.types import Record
 from gp_jax.errors import UserError
 
@@ -241,6 +241,26 @@ def relation_types(*, train: list[Record], dev: list[Record], test: list[Record]
                       lambda r: (x["type"] for x in r.get("relations", ())))
 
 
+CASREL_FORMATS = ("casrel", "webnlg_star")  # corpora of triples: entity types are the roles, triples are strings
+MATCH_FORMS = ("string", "boundaries")  # how predictions are matched to gold for the selection F1
+
+
+def conventions(data_cfg) -> dict:
+  """What the corpus implies, decided once here: {"roles": (subject type, object type) or None, "match": "string" |
+  "boundaries"}. CasRel-format corpora: the roles ("subject", "object") and the string form (as their published
+  tables compare); other corpora: none and boundaries, unless `data.roles` / `data.match` state them."""
+  casrel = data_cfg.name in CASREL_FORMATS
+  roles = str(data_cfg.get("roles", "") or "")
+  roles = tuple(x.strip() for x in roles.split(",")) if roles else ((SUBJECT, OBJECT) if casrel else None)
+  if roles is not None and (len(roles) != 2 or not all(roles) or roles[0] == roles[1]):
+    raise UserError(f"data.roles={data_cfg.roles!r}: expected two entity types, the subject's then the object's "
+                    '(e.g. "subject,object")')
+  match = str(data_cfg.get("match", "") or "") or ("string" if casrel else "boundaries")
+  if match not in MATCH_FORMS:
+    raise UserError(f"data.match={match!r}: expected one of {MATCH_FORMS} (or \"\": the corpus's)")
+  return {"roles": roles, "match": match}
+
+
 def load_records(data_cfg, *, seed: int = 0):
   """Returns (train, dev, test, types); test is [] when the config has none."""
   name = data_cfg.name
@@ -269,7 +289,8 @@ def load_records(data_cfg, *, seed: int = 0):
       if not train:
         raise empty_file_error(data_cfg, data_cfg.train_file, read)
     test = list(read_user_file(data_cfg, data_cfg.test_file)) if data_cfg.test_file else []
-    types = user_types(train=train, dev=dev, test=test)
+    # A CasRel file's entity types are the roles, subject first (ids 0 and 1, as `conventions` names them).
+    types = list(ROLES) if name == "casrel" else user_types(train=train, dev=dev, test=test)
     origin = "train from " + data_cfg.train_file + (f", dev from {data_cfg.dev_file}" if data_cfg.dev_file else
                                                      ", dev held out of it")
     origin += f", test from {data_cfg.test_file}" if data_cfg.test_file else ""

@@ -14,8 +14,8 @@ Windows of a record: W = max_len - num_prefix - num_suffix content tokens each, 
 0, stride, 2 * stride, ... while start + W < n, then n - W (the last window ends at the text end).
 Starts strictly increase within a record and every window of a record has the same content length.
 
-Relations (prepare_split with relation_types): a window holds a relation when it holds both its entities;
-one that no window holds (split across windows) stays in the gold table and is counted.
+A task's own targets beyond the spans (relations, events) are its window table (`PreparedSplit.table`), built by
+the task (`gp_jax.tasks.<name>`) from the split's public fields.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -54,30 +54,6 @@ class SplitStats:
   split_records: int  # records cut into more than one window
   max_spans_per_type: int  # most targets of one type in one window (K = L caps this per batch)
   truncated_records: int = 0  # truncate=True: records longer than one window, cut to their first window
-  # Relations (prepare_split with relation_types; logged on their own line): relations = relation_targets +
-  # relations_misaligned + relations_too_long + relation_duplicates + relations_split.
-  relations: int = dataclasses.field(default=0, repr=False)
-  relation_targets: int = dataclasses.field(default=0, repr=False)  # in at least one window
-  relations_misaligned: int = dataclasses.field(default=0, repr=False)  # an entity misaligned
-  relations_too_long: int = dataclasses.field(default=0, repr=False)  # an entity wider than max_span_width
-  relation_duplicates: int = dataclasses.field(default=0, repr=False)  # same token spans and type as an earlier one
-  relations_split: int = dataclasses.field(default=0, repr=False)  # no window holds both entities
-  max_relations_per_type: int = dataclasses.field(default=0, repr=False)  # most targets of one type in one window
-
-
-@dataclasses.dataclass
-class RelationTable:
-  """Gold relations of a split (document level) and the relation targets of each window."""
-
-  types: tuple[str, ...]
-  record: np.ndarray  # int32 [G] record of each gold relation
-  head: np.ndarray  # int32 [G] subject: index into the split's entity table
-  tail: np.ndarray  # int32 [G] object: index into the split's entity table
-  type: np.ndarray  # int32 [G] relation type id
-  status: np.ndarray  # int8 [G]: OK / MISALIGNED / TOO_LONG (an entity's) / DUPLICATE / LOST (split)
-  ptr: np.ndarray  # int64 [N + 1] rows of pairs_Q5 per window
-  # (subject start, subject end, object start, object end, type) in window tokens, ends inclusive, sorted.
-  pairs_Q5: np.ndarray  # int32 [Q, 5]
 
 
 @dataclasses.dataclass
@@ -113,7 +89,8 @@ class PreparedSplit:
   entity_token_E2: np.ndarray  # int32 [E, 2] content tokens (start, end inclusive), -1 if misaligned
   entity_status: np.ndarray  # int8 [E], OK / MISALIGNED / TOO_LONG / DUPLICATE / LOST
   stats: SplitStats
-  relations: RelationTable | None = None  # prepare_split with relation_types only
+  texts: tuple[str, ...] = ()  # each record's text
+  table: Any = None  # the task's window table (relations: `tasks.relations.table.RelationTable`); None: spans only
 
   @property
   def num_records(self) -> int:
@@ -131,12 +108,9 @@ class PreparedSplit:
     """int32 [k, 3] (start, end inclusive, type id) targets in window-token coordinates."""
     return self.spans_S3[self.span_ptr[w]:self.span_ptr[w + 1]]
 
-  def window_relations(self, w: int) -> np.ndarray:
-    """int32 [q, 5] (subject start, end, object start, end (inclusive), type id) targets in window tokens."""
-    rel = self.relations
-    if rel is None:
-      raise ValueError(f"{self.name} was prepared without relation types")
-    return rel.pairs_Q5[rel.ptr[w]:rel.ptr[w + 1]]
+  def all_stats(self) -> dict:
+    """`stats` and the window table's (`table.stats`, a dict) in one dict (results.json's split_stats)."""
+    return {**dataclasses.asdict(self.stats), **(self.table.stats if self.table is not None else {})}
 
 
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
@@ -233,10 +207,7 @@ class _Tokens(NamedTuple):
   ent_record: np.ndarray  # int64 [E]
   ent_char_E2: np.ndarray  # int64 [E, 2]
   ent_type: np.ndarray  # int64 [E]
-  # Relations (only with relation types): entity indices into the split's entity table.
-  rel_record: np.ndarray | None = None  # int64 [G]
-  rel_HT2: np.ndarray | None = None  # int64 [G, 2] (head, tail)
-  rel_type: np.ndarray | None = None  # int64 [G]
+  texts: tuple[str, ...]
 
 
 class _Windows(NamedTuple):
@@ -268,14 +239,13 @@ def _check_args(tokenizer, *, max_len, stride, max_span_width) -> tuple[int, int
   return W, stride
 
 
-def _tokenise(records, tokenizer, *, type_to_id, names, name, relation_to_id=None) -> _Tokens:
-  """Encodes every text once; checks feature shapes, entity types and (with `relation_to_id`) relations."""
-  record_ids, n_list, offsets_list = [], [], []
+def _tokenise(records, tokenizer, *, type_to_id, names, name) -> _Tokens:
+  """Encodes every text once; checks feature shapes and entity types."""
+  record_ids, n_list, offsets_list, texts = [], [], [], []
   feats_list = {k: [] for k in names}
   ent_record, ent_char, ent_type = [], [], []
-  rel_record, rel_ht, rel_type = [], [], []
   for r, (rec, enc) in enumerate(_encode_all(records, tokenizer)):
-    first_entity = len(ent_record)
+    texts.append(rec["text"])
     rid = str(rec.get("id", r))
     record_ids.append(rid)
     off = np.asarray(enc.offsets, np.int32).reshape(-1, 2)
@@ -293,19 +263,6 @@ def _tokenise(records, tokenizer, *, type_to_id, names, name, relation_to_id=Non
       ent_record.append(r)
       ent_char.append((ent["start"], ent["end"]))
       ent_type.append(t)
-    if relation_to_id is not None:
-      num_entities = len(ent_record) - first_entity
-      for rel in rec.get("relations", ()):
-        t = relation_to_id.get(rel["type"])
-        if t is None:
-          raise ValueError(f"{name}: record {rid!r} has relation type {rel['type']!r}, not one of "
-                           f"{tuple(relation_to_id)}")
-        if not (0 <= rel["head"] < num_entities and 0 <= rel["tail"] < num_entities):
-          raise ValueError(f"{name}: record {rid!r} has a relation ({rel['head']}, {rel['tail']}) outside its "
-                           f"{num_entities} entities")
-        rel_record.append(r)
-        rel_ht.append((first_entity + rel["head"], first_entity + rel["tail"]))
-        rel_type.append(t)
   R = len(record_ids)
   n_R = np.asarray(n_list, np.int64)
   return _Tokens(
@@ -317,9 +274,7 @@ def _tokenise(records, tokenizer, *, type_to_id, names, name, relation_to_id=Non
       ent_record=np.asarray(ent_record, np.int64),
       ent_char_E2=np.asarray(ent_char, np.int64).reshape(-1, 2),
       ent_type=np.asarray(ent_type, np.int64),
-      **({} if relation_to_id is None else dict(rel_record=np.asarray(rel_record, np.int64),
-                                               rel_HT2=np.asarray(rel_ht, np.int64).reshape(-1, 2),
-                                               rel_type=np.asarray(rel_type, np.int64))),
+      texts=tuple(texts),
   )
 
 
@@ -378,50 +333,6 @@ def _place_entities(tok: _Tokens, win: _Windows, tok_E2: np.ndarray, *, P: int, 
                   int(per_type.max()) if per_type.size else 0)
 
 
-def _place_relations(tok: _Tokens, win: _Windows, tok_E2: np.ndarray, status_E: np.ndarray, *, P: int,
-                     types: tuple[str, ...]) -> tuple[RelationTable, dict[str, int]]:
-  """Classifies every gold relation and lists the relations of each window, in window tokens (-> table, stats)."""
-  rec, head, tail, rtype = tok.rel_record, tok.rel_HT2[:, 0], tok.rel_HT2[:, 1], tok.rel_type
-  G = rec.shape[0]
-  status = np.full(G, OK, np.int8)
-  for s in (TOO_LONG, MISALIGNED):  # an entity's status, MISALIGNED first
-    status[(status_E[head] == s) | (status_E[tail] == s)] = s
-  cand = np.nonzero(status == OK)[0]
-  if cand.size:  # same record, type and token spans as an earlier relation: kept once
-    key = np.stack([rec[cand], rtype[cand], tok_E2[head[cand], 0], tok_E2[head[cand], 1], tok_E2[tail[cand], 0],
-                    tok_E2[tail[cand], 1]], 1)
-    order = np.lexsort((cand, *key.T[::-1]))
-    dup = np.zeros(cand.size, bool)
-    dup[1:] = (key[order][1:] == key[order][:-1]).all(1)
-    status[cand[order][dup]] = DUPLICATE
-    cand = np.sort(cand[order][~dup])
-  # Every (candidate relation, window of its record) pair; keep the windows that hold both entities whole.
-  pair_n = win.nwin_R[rec[cand]]
-  pair_g = np.repeat(cand, pair_n)
-  pair_w = _ranges(win.first_R[rec[cand]], pair_n)
-  ws, we = win.start_N[pair_w], win.start_N[pair_w] + win.content_len_N[pair_w]
-  h, t = head[pair_g], tail[pair_g]
-  inside = (tok_E2[h, 0] >= ws) & (tok_E2[h, 1] < we) & (tok_E2[t, 0] >= ws) & (tok_E2[t, 1] < we)
-  pair_g, pair_w = pair_g[inside], pair_w[inside]
-  held = np.zeros(G, bool)
-  held[pair_g] = True
-  status[cand[~held[cand]]] = LOST
-  off = (P - win.start_N[pair_w])[:, None]
-  h, t = head[pair_g], tail[pair_g]
-  cols = np.concatenate([tok_E2[h] + off, tok_E2[t] + off, rtype[pair_g][:, None]], 1)
-  order = np.lexsort((*cols[:, :4].T[::-1], cols[:, 4], pair_w))
-  N = win.record_N.shape[0]
-  per_type = np.bincount(pair_w * max(len(types), 1) + cols[:, 4]) if pair_w.size else np.zeros(1, np.int64)
-  i32 = lambda x: np.asarray(x, np.int32)  # noqa: E731
-  table = RelationTable(types=types, record=i32(rec), head=i32(head), tail=i32(tail), type=i32(rtype), status=status,
-                        ptr=_ptr(np.bincount(pair_w, minlength=N)), pairs_Q5=i32(cols[order]).reshape(-1, 5))
-  count = lambda s: int(np.sum(status == s))  # noqa: E731
-  stats = dict(relations=G, relation_targets=count(OK), relations_misaligned=count(MISALIGNED),
-               relations_too_long=count(TOO_LONG), relation_duplicates=count(DUPLICATE), relations_split=count(LOST),
-               max_relations_per_type=int(per_type.max()))
-  return table, stats
-
-
 def _window_features(tokenizer, tok: _Tokens, win: _Windows, *, names) -> dict[str, np.ndarray]:
   """Flat features of every window with its specials (the tokenizer decides what they are)."""
   P, S = int(tokenizer.num_prefix), int(tokenizer.num_suffix)
@@ -472,7 +383,6 @@ def prepare_split(
     max_span_width: int | None = None,
     truncate: bool = False,
     name: str = "split",
-    relation_types: Sequence[str] | None = None,
 ) -> PreparedSplit:
   """Tokenises every record once and cuts texts into windows of at most `max_len` tokens.
 
@@ -483,45 +393,28 @@ def prepare_split(
   `tokenize(text, maxlen=maxlen)`); entities not wholly inside it count as lost_to_truncation (kept in the
   gold set), and the numbers of truncated records and dropped entities are logged.
   Raises ValueError on an entity type not in `types`. Uses `tokenizer.encode_batch(texts)` when
-  the tokenizer has it (e.g. CharTokenizer), else `encode` per text.
-  relation_types: also read the records' relations (types.py) into `PreparedSplit.relations`: every gold
-  relation, and per window those whose two entities it holds (counted in stats.relation_*); None (the entity
-  task): relations are ignored and nothing else differs.
+  the tokenizer has it (e.g. CharTokenizer), else `encode` per text. A task's window table (`table`) is its own:
+  none here.
   """
   types = tuple(types)
   type_to_id = {t: i for i, t in enumerate(types)}
   if len(type_to_id) != len(types):
     raise ValueError(f"duplicate entity types in {types}")
-  relation_to_id = None
-  if relation_types is not None:
-    relation_types = tuple(relation_types)
-    relation_to_id = {t: i for i, t in enumerate(relation_types)}
-    if len(relation_to_id) != len(relation_types):
-      raise ValueError(f"duplicate relation types in {relation_types}")
   names = tuple(tokenizer.feature_names)
   P, S = int(tokenizer.num_prefix), int(tokenizer.num_suffix)
   W, stride = _check_args(tokenizer, max_len=max_len, stride=stride, max_span_width=max_span_width)
 
-  tok = _tokenise(records, tokenizer, type_to_id=type_to_id, names=names, name=name, relation_to_id=relation_to_id)
+  tok = _tokenise(records, tokenizer, type_to_id=type_to_id, names=names, name=name)
   win = _cut_windows(tok.n_R, W=W, stride=stride, truncate=truncate)
   tok_E2 = _align(tok.token_ptr, tok.offsets_T2, tok.ent_record, tok.ent_char_E2)
   targets = _place_entities(tok, win, tok_E2, P=P, num_types=len(types), max_span_width=max_span_width)
   window_features = _window_features(tokenizer, tok, win, names=names)
   stats = _split_stats(tok, win, targets, W=W, truncate=truncate)
-  relations = None
-  if relation_to_id is not None:
-    relations, rel_stats = _place_relations(tok, win, tok_E2, targets.status_E, P=P, types=relation_types)
-    stats = dataclasses.replace(stats, **rel_stats)
   if truncate:
     logging.info("prepare_split %s: truncate=True: %d of %d records cut to their first %d content tokens, "
                  "%d of %d entities dropped with the rest", name, stats.truncated_records, stats.records, W,
                  stats.lost_to_truncation, stats.entities)
   logging.info("prepare_split %s (max_len=%d, stride=%d): %s", name, max_len, stride, stats)
-  if relations is not None:
-    logging.info("prepare_split %s: %d relations of %d types: %d targets, %d misaligned, %d too long, %d duplicates, "
-                 "%d split across windows (most of one type in a window: %d)", name, stats.relations,
-                 len(relation_types), stats.relation_targets, stats.relations_misaligned, stats.relations_too_long,
-                 stats.relation_duplicates, stats.relations_split, stats.max_relations_per_type)
 
   i32 = lambda x: np.asarray(x, np.int32)  # noqa: E731
   window_len = win.content_len_N + P + S
@@ -552,5 +445,5 @@ def prepare_split(
       entity_token_E2=i32(tok_E2).reshape(-1, 2),
       entity_status=targets.status_E,
       stats=stats,
-      relations=relations,
+      texts=tok.texts,
   )

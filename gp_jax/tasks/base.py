@@ -7,13 +7,20 @@ A task provides (the shared path calls nothing else):
   `labels(train=, dev=, test=)`, `save_labels(workdir, labels)`, `load_labels(workdir)`, `prepare(...)`,
   `batch_targets`, `target_shapes(labels, *, num_types, batch, length)`, `build_model(encoder, spec, labels, ...)`,
   `initial_hits(batch) -> tuple`, `hit_counts(out) -> tuple`, `window_hits`, `concat_hits`, `assemble`, `score`,
-  `final_fields`, `result_lines`, `resolved_choices`, `threshold_refusal`;
+  `final_fields`, `result_lines`, `run_fields`, `resolved_choices`, `threshold_refusal`;
   host side (`gp_jax.tasks.<name>.host`): what export and serving call.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+RESULT_KEYS = ("precision", "recall", "f1", "tp", "pred", "gold")  # every task's result has these ("f1": selection)
+
+
+def flat_result(result: dict) -> dict:
+  """The P/R/F1 and counts of a task's result (`score`): what metrics.jsonl keeps per evaluation."""
+  return {k: result[k] for k in RESULT_KEYS}
 
 
 def grown_sizes(sizes: tuple, counts: tuple) -> tuple[int, ...]:
@@ -33,4 +40,4 @@ def trimmed(hits) -> tuple[np.ndarray, np.ndarray]:
   return coords[:count], scores[:count]
 
 
-__all__ = ["grown_sizes", "trimmed"]
+__all__ = ["RESULT_KEYS", "flat_result", "grown_sizes", "trimmed"]

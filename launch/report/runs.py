@@ -8,10 +8,11 @@ import math
 
 from etils import epath
 
+from gp_jax import tasks
 from gp_jax.configs.base import get_config
 from .. import sweep
 
-# Deferred imports below: gp_jax's taggers and evaluate, where an older results.json needs them. They import jax and
+# Deferred imports below: gp_jax's taggers and entity task, where an older results.json needs them. They import jax and
 # Flax, slow to import, which a report of current files never needs (nor launch.tpu, which imports this module).
 
 _RUN_FILES = ("config.json", "results.json")
@@ -19,7 +20,11 @@ MAX_DEPTH = 8
 PLAIN = "plain"  # run without training tricks
 SPAN, TAGGER = "span", "tagger"  # results.json head_kind
 NO_ROPE = "n/a"  # tagger heads have no RoPE; their config's use_rope is ignored
-ENTITIES, RELATIONS = "entities", "relations"  # config.task; configs from before relations existed are entity runs
+# Two tasks the report treats apart (relations: pointer RoPE), names of the registry (`gp_jax.tasks.NAMES`, the one
+# list of tasks); configs from before relations existed are entity runs.
+ENTITIES, RELATIONS = "entities", "relations"
+if not {ENTITIES, RELATIONS} <= set(tasks.NAMES):
+  raise ImportError(f"launch.report names tasks {ENTITIES!r} and {RELATIONS!r}; gp_jax.tasks.NAMES is {tasks.NAMES}")
 # Config keys that only say how a run logs, saves or is launched: they never make runs different cells.
 BOOKKEEPING_KEYS = frozenset({"progress_bar", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints",
                               "compilation_cache", "allow_config_change", "multihost", "coordinator_address",
@@ -84,10 +89,10 @@ def head_kind(head: str, results: dict | None) -> str:
 
 
 def length_buckets_of(results: dict | None) -> tuple[str, ...]:
-  """By-length bucket labels in order: results.json's length_buckets, else gp_jax.evaluate's (older files)."""
+  """By-length bucket labels in order: results.json's length_buckets, else the entity task's (older files)."""
   if results and results.get("length_buckets"):
     return tuple(results["length_buckets"])
-  from gp_jax.evaluate import LENGTH_BUCKETS  # pylint: disable=g-import-not-at-top
+  from gp_jax.tasks.entities import LENGTH_BUCKETS  # pylint: disable=g-import-not-at-top
 
   return tuple(label for label, *_ in LENGTH_BUCKETS)
 
@@ -210,8 +215,11 @@ def _dict_or_none(value) -> dict | None:
 
 
 def task_of(config: dict, results: dict | None) -> str:
-  """config.task ("entities" or "relations"), else results.json's task, else "entities" (older configs)."""
-  return config.get("task") or (results or {}).get("task") or ENTITIES
+  """config.task (one of `gp_jax.tasks.NAMES`), else results.json's task, else "entities" (older configs)."""
+  name = config.get("task") or (results or {}).get("task") or ENTITIES
+  if name not in tasks.NAMES:
+    raise ValueError(f"task={name!r}: not one of gp_jax.tasks.NAMES {tasks.NAMES}")
+  return name
 
 
 def collect(roots) -> list[dict]:

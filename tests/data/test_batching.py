@@ -21,14 +21,18 @@ def prepared():
 BUCKETS = (8, 16, 24)
 
 
-def decode_batch(batch, p):
-  """Checks one batch row by row against the prepared windows; returns the window indices."""
+def decode_batch(batch, p, *, targets=True):
+  """Checks one batch row by row against the prepared windows (a training batch's span_ids too; an eval batch has
+  none); returns the window indices."""
   B, L = batch["attention_mask"].shape
-  assert batch["span_ids"].shape == (B, len(TYPES), L)
+  if targets:
+    assert batch["span_ids"].shape == (B, len(TYPES), L)
+  else:
+    assert "span_ids" not in batch
   for k in p.feature_names:
     assert batch["features"][k].shape == (B, L) and batch["features"][k].dtype == np.int32
-  for key in ("attention_mask", "span_mask", "positions", "span_ids", "example_index", "window_start",
-              "window_index"):
+  for key in ("attention_mask", "span_mask", "positions", *(("span_ids",) if targets else ()), "example_index",
+              "window_start", "window_index"):
     assert batch[key].dtype == np.int32, key
   real = batch["window_index"][batch["window_index"] >= 0]
   assert L == min(b for b in (*BUCKETS, 32) if b >= p.window_len[real].max())
@@ -37,7 +41,7 @@ def decode_batch(batch, p):
     if w < 0:  # filler
       assert batch["example_index"][row] == -1
       assert not batch["attention_mask"][row].any() and not batch["span_mask"][row].any()
-      assert (batch["span_ids"][row] == -1).all()
+      assert not targets or (batch["span_ids"][row] == -1).all()
       for k in p.feature_names:
         assert (batch["features"][k][row] == p.pad_values[k]).all()
       continue
@@ -50,6 +54,8 @@ def decode_batch(batch, p):
     assert batch["attention_mask"][row].tolist() == [1] * n + [0] * (L - n)
     assert batch["span_mask"][row].tolist() == [0] + [1] * n_c + [0] * (L - n_c - 1)
     np.testing.assert_array_equal(batch["positions"][row, :n], window_positions(p, w))
+    if not targets:
+      continue
     ids = batch["span_ids"][row]
     got = {(int(x) // L, int(x) % L, h) for h in range(len(TYPES)) for x in ids[h] if x >= 0}
     assert got == {tuple(s) for s in p.window_spans(w).tolist()}
@@ -140,23 +146,27 @@ def test_multi_host_rows_concatenate_to_global_batch(prepared):
         for i in range(2)]
   ev_g = list(batching.eval_batches(prepared, batch_size=8, buckets=BUCKETS))
   for g, h0, h1 in zip(ev_g, *ev, strict=True):
-    np.testing.assert_array_equal(np.concatenate([h0["span_ids"], h1["span_ids"]]), g["span_ids"])
+    for k in ("window_index", "attention_mask", "positions"):
+      np.testing.assert_array_equal(np.concatenate([h0[k], h1[k]]), g[k])
+    assert "span_ids" not in g  # eval batches carry no targets
 
 
 def test_eval_batches_cover_every_window_once(prepared):
   ev = batching.eval_batches(prepared, batch_size=16, buckets=BUCKETS)
   seen = []
   for batch in ev:
-    seen += decode_batch(batch, prepared)
+    seen += decode_batch(batch, prepared, targets=False)
   assert len(ev) == -(-prepared.num_windows // 16)
   assert sorted(seen) == list(range(prepared.num_windows)) and len(seen) == len(set(seen))
   assert [b["window_index"].tolist() for b in ev] == [b["window_index"].tolist() for b in ev]  # re-iterable
 
 
 def test_gold_through_batches_round_trips_to_gold_spans(prepared):
-  """span_ids of eval batches, decoded and merged, give back every target entity."""
+  """span_ids of training batches over every window, decoded and merged, give back every target entity."""
   hits = []
-  for batch in batching.eval_batches(prepared, batch_size=16, buckets=BUCKETS):
+  assemble = batching._Assembler(prepared, BUCKETS, 16, 0, 1, targets=batching.span_targets)
+  for win_B in batching._to_batches(np.arange(prepared.num_windows), 16):
+    batch = assemble(win_B)
     L = batch["attention_mask"].shape[1]
     b, h, k = np.nonzero(batch["span_ids"] >= 0)
     ids = batch["span_ids"][b, h, k]

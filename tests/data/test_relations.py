@@ -17,6 +17,7 @@ from gp_jax.configs.base import get_config
 from gp_jax.data import DataError, corpora, load_split, read_jsonl, relations, windows
 from gp_jax.data.readers import is_cjk
 from gp_jax.data.sources import load_records, relation_types
+from gp_jax.tasks.relations import table as rtable
 from tests.data.fakes import CharTok, ref_windows
 
 # --- the aligner ------------------------------------------------------------------------------------------------
@@ -289,7 +290,7 @@ def test_webnlg_star_builder_fixture(tmp_path):
   test = load_split("webnlg_star", "test", manual_dir=manual, data_dir=tmp_path / "tfds")
   assert test[0]["relations"] == [] and test[1]["relations"] == want[0]["relations"]  # empty first: still decoded
   md = train.metadata
-  assert md["types"] == ["object", "subject"] and md["relation_types"] == ["birthPlace", "country", "mission",
+  assert md["types"] == ["subject", "object"] and md["relation_types"] == ["birthPlace", "country", "mission",
                                                                             "near", "road"]
   assert md["reports"]["train"]["merged"] == {"repeated_relation": 1} and md["reports"]["dev"]["relations"] == 3
   bad = webnlg_manual(tmp_path / "bad", extra_relation="flies")
@@ -381,8 +382,8 @@ def relation_split(draw):
 def test_windows_keep_in_window_relations_and_count_the_others(case):
   specials, records, max_len, stride, width = case
   tok = CharTok(specials)
-  p = windows.prepare_split(records, tok, types=("object", "subject"), max_len=max_len, stride=stride,
-                            max_span_width=width, relation_types=REL_TYPES)
+  p = rtable.prepare(records, tok, ("object", "subject"), REL_TYPES, max_len=max_len, stride=stride,
+                     max_span_width=width)
   P = int(specials)
   W = max_len - 2 * P
   S = max(1, W // 2) if stride is None else stride
@@ -415,19 +416,20 @@ def test_windows_keep_in_window_relations_and_count_the_others(case):
         s = starts[k] - P
         want_windows[first_window + k].add((ha - s, hb - s, ta - s, tb - s, REL_TYPES.index(rel["type"])))
     first_entity += len(rec["entities"])
+  t = p.table
   for w in range(p.num_windows):
-    got = p.window_relations(w).tolist()
+    got = t.window_relations(w).tolist()
     assert sorted(got, key=lambda x: (x[4], *x[:4])) == got  # sorted by type, then positions
     assert {tuple(x) for x in got} == want_windows[w] and len(got) == len(want_windows[w])
-  t = p.relations
   assert list(zip(t.record.tolist(), t.head.tolist(), t.tail.tolist(), t.type.tolist())) == gold
   assert t.status.tolist() == want_status
-  s, n = p.stats, collections.Counter(want_status)
-  assert (s.relations, s.relation_targets, s.relations_misaligned, s.relations_too_long, s.relation_duplicates,
-          s.relations_split) == (len(gold), n[windows.OK], n[windows.MISALIGNED], n[windows.TOO_LONG],
-                                 n[windows.DUPLICATE], n[windows.LOST])
-  per_type = collections.Counter((w, x[4]) for w in range(p.num_windows) for x in p.window_relations(w).tolist())
-  assert s.max_relations_per_type == max(per_type.values(), default=0)
+  s, n = t.stats, collections.Counter(want_status)
+  assert (s["relations"], s["relation_targets"], s["relations_misaligned"], s["relations_too_long"],
+          s["relation_duplicates"], s["relations_split"]) == (len(gold), n[windows.OK], n[windows.MISALIGNED],
+                                                              n[windows.TOO_LONG], n[windows.DUPLICATE],
+                                                              n[windows.LOST])
+  per_type = collections.Counter((w, x[4]) for w in range(p.num_windows) for x in t.window_relations(w).tolist())
+  assert s["max_relations_per_type"] == max(per_type.values(), default=0)
 
 
 def test_a_relation_split_across_windows_is_counted_and_logged(caplog):
@@ -437,12 +439,12 @@ def test_a_relation_split_across_windows_is_counted_and_logged(caplog):
                                                 {"start": 3, "end": 5, "type": "object"}],
          "relations": [{"head": 0, "tail": 1, "type": "r0"}, {"head": 0, "tail": 2, "type": "r1"}]}
   with caplog.at_level(logging.INFO):
-    p = windows.prepare_split([rec], CharTok(), types=("object", "subject"), max_len=6, stride=2,
-                              relation_types=REL_TYPES, name="dev")
+    p = rtable.prepare([rec], CharTok(), ("object", "subject"), REL_TYPES, max_len=6, stride=2, name="dev")
   # Content tokens a b c d e f g h; windows of 4 start at 0, 2, 4: (ab, cd) is in window 0, (ab, gh) in none.
-  assert p.window_relations(0).tolist() == [[1, 2, 3, 4, 1]] and p.window_relations(1).size == 0
-  assert p.stats.relations_split == 1 and p.stats.relation_targets == 1
-  assert p.relations.status.tolist() == [windows.LOST, windows.OK]
+  t = p.table
+  assert t.window_relations(0).tolist() == [[1, 2, 3, 4, 1]] and t.window_relations(1).size == 0
+  assert t.stats["relations_split"] == 1 and t.stats["relation_targets"] == 1
+  assert t.status.tolist() == [windows.LOST, windows.OK]
   assert "dev: 2 relations of 2 types: 1 targets, 0 misaligned, 0 too long, 0 duplicates, 1 split" in caplog.text
 
 
@@ -450,13 +452,11 @@ def test_relation_errors():
   rec = {"id": "doc-3", "text": "ab", "entities": [{"start": 0, "end": 1, "type": "subject"}],
          "relations": [{"head": 0, "tail": 1, "type": "r0"}]}
   with pytest.raises(ValueError, match=r"doc-3.*\(0, 1\) outside its 1 entities"):
-    windows.prepare_split([rec], CharTok(), types=("subject",), max_len=8, relation_types=REL_TYPES)
+    rtable.prepare([rec], CharTok(), ("subject",), REL_TYPES, max_len=8)
   rec["relations"] = [{"head": 0, "tail": 0, "type": "r9"}]
   with pytest.raises(ValueError, match=r"doc-3.*relation type 'r9'"):
-    windows.prepare_split([rec], CharTok(), types=("subject",), max_len=8, relation_types=REL_TYPES)
+    rtable.prepare([rec], CharTok(), ("subject",), REL_TYPES, max_len=8)
   with pytest.raises(ValueError, match="duplicate relation types"):
-    windows.prepare_split([rec], CharTok(), types=("subject",), max_len=8, relation_types=("a", "a"))
+    rtable.prepare([rec], CharTok(), ("subject",), ("a", "a"), max_len=8)
   p = windows.prepare_split([rec], CharTok(), types=("subject",), max_len=8)  # the entity task ignores relations
-  assert p.relations is None and p.stats.relations == 0
-  with pytest.raises(ValueError, match="without relation types"):
-    p.window_relations(0)
+  assert p.table is None and "relations" not in p.all_stats()

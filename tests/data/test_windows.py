@@ -208,8 +208,11 @@ def test_stats_are_logged(caplog):
 
 
 def test_relations_leave_the_entity_arrays_byte_identical():
-  """prepare_split with relation types reads the records' relations and changes nothing else: every entity array,
-  the window features and the entity statistics (and their log line) are the same bytes as without."""
+  """The relation task's prepare (windows.prepare_split + its window table) changes nothing of the split itself:
+  every entity array, the window features and the statistics (and their log line) are the same bytes as without
+  relations; the relations are in the table alone."""
+  from gp_jax.tasks.relations import table
+
   records = sources.synthetic_records(400, seed=0)
   rng = np.random.default_rng(0)
   with_rel = [dict(r, relations=[{"head": int(i), "tail": int(rng.integers(len(r["entities"]))),
@@ -219,19 +222,19 @@ def test_relations_leave_the_entity_arrays_byte_identical():
   for kw in (dict(max_len=12, stride=4, max_span_width=6), dict(max_len=12, truncate=True)):
     plain = windows.prepare_split(records, tok, types=sources.SYNTHETIC_TYPES, **kw)
     ignored = windows.prepare_split(with_rel, tok, types=sources.SYNTHETIC_TYPES, **kw)
-    rel = windows.prepare_split(with_rel, tok, types=sources.SYNTHETIC_TYPES, relation_types=("in", "near"), **kw)
-    assert rel.stats.relations == sum(len(r["entities"]) for r in records) > rel.stats.relation_targets > 0
-    assert plain.relations is None and ignored.relations is None
+    rel = table.prepare(with_rel, tok, sources.SYNTHETIC_TYPES, ("in", "near"), **kw)
+    stats = rel.table.stats
+    assert stats["relations"] == sum(len(r["entities"]) for r in records) > stats["relation_targets"] > 0
+    assert plain.table is None and ignored.table is None and rel.texts == tuple(r["text"] for r in records)
+    assert rel.all_stats() == dict(dataclasses.asdict(rel.stats), **stats)
     for other in (ignored, rel):
       for f in dataclasses.fields(plain):
         a, b = getattr(plain, f.name), getattr(other, f.name)
-        if f.name == "relations":
+        if f.name == "table":
           continue
         if f.name == "stats":
-          assert repr(a) == repr(b)  # the entity log line
-          entity_part = lambda st: {k: v for k, v in dataclasses.asdict(st).items()  # noqa: E731
-                                    if not k.startswith(("relation", "max_relations"))}
-          assert entity_part(a) == entity_part(b) and len(entity_part(a)) == 13
+          assert repr(a) == repr(b) and a == b  # the entity log line
+          assert len(dataclasses.asdict(a)) == 13
         elif isinstance(a, np.ndarray):
           assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f.name
         elif f.name == "window_features":

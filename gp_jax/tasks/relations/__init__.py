@@ -1,4 +1,5 @@
-"""The relation task (GPLinker, Su 2022): entity, head and tail pointers over one encoder; triple P/R/F1.
+"""The relation task (GPLinker, Su 2022): entity, head and tail pointers over one encoder; triple P/R/F1 (model side;
+the host half, `host`, assembles and scores; the window table is `table`).
 
 Batch targets as flat ids, -1 padded, K = L as `span_ids`: `entity_ids [B, E, K]` (the entity types' (start, end)
 cells: the entity task's `span_ids`), `head_ids [B, R, K]` (subject start * L + object start) and `tail_ids
@@ -14,29 +15,21 @@ import json
 
 import numpy as np
 
-from gp_jax import serving_relations, storage
-from gp_jax.data import merge
+from gp_jax import storage
 from gp_jax.data.sources import relation_types as union_relation_types
 from gp_jax.data.windows import _ranges
-from gp_jax.metrics import per_record_counts, span_prf, triple_prf
-from gp_jax.tasks.base import grown_sizes
-# The host side lives in serving_relations (no flax: an exported folder's predictor uses it too).
-from gp_jax.serving_relations import MAX_CANDIDATES_PER_ROW, bounded_rows  # noqa: F401
-from gp_jax.tasks.entities import RESULT_KEYS
+from gp_jax.errors import UserError
+from gp_jax.tasks.base import RESULT_KEYS
+from gp_jax.tasks.relations import host, table
 
 RELATION_TYPES_FILE = "relation_types.json"  # a task=relations workdir's relation types, beside types.json
-MATCHES = ("boundaries", "strict", "string")  # triple forms; `RelationTask.match` picks the selection F1's
-OVERLAP_KINDS = ("normal", "seo", "epo")
-TRIPLE_COUNTS = (("1", 1, 1), ("2", 2, 2), ("3", 3, 3), ("4", 4, 4), ("5+", 5, None))
 
 
 def relation_targets(p, rows: np.ndarray, w: np.ndarray, span_ids_BHK: np.ndarray, L: int) -> tuple[dict, int]:
   """The relation batch's targets for the rows `rows` holding windows `w` (`data.batching._Assembler`) -> (targets,
   ids dropped beyond K = L of one relation in one window)."""
   B = span_ids_BHK.shape[0]
-  table = p.relations
-  if table is None:
-    raise ValueError(f"{p.name} was prepared without relation types")
+  table = p.table
   R = len(table.types)
   n = table.ptr[w + 1] - table.ptr[w]
   q = table.pairs_Q5[_ranges(table.ptr[w], n)].astype(np.int64)
@@ -54,166 +47,124 @@ def relation_targets(p, rows: np.ndarray, w: np.ndarray, span_ids_BHK: np.ndarra
   return out, over
 
 
-def save_relation_types(workdir, relation_types) -> None:
-  """Writes workdir/relation_types.json (nothing for none: an entity workdir has no such file)."""
-  if relation_types:
-    storage.write_json(storage.path(workdir) / RELATION_TYPES_FILE, list(relation_types))
-
-
-def load_relation_types(workdir) -> tuple[str, ...]:
-  """The relation types a task=relations run trained on; () for an entity workdir."""
-  path = storage.path(workdir) / RELATION_TYPES_FILE
-  return tuple(json.loads(path.read_text())) if path.exists() else ()
-
-
-def overlap_kind(triples) -> str:
-  """CasRel's classes of a sentence's gold triples (spans as keys): "epo" when two triples share their entity pair,
-  else "seo" when two share an entity, else "normal"."""
-  pairs = [(s, o) for s, _, o in triples]
-  if len(set(frozenset(x) for x in pairs)) < len(pairs):
-    return "epo"
-  entities = [e for pair in set(pairs) for e in pair]
-  return "seo" if len(entities) != len(set(entities)) else "normal"
-
-
 class RelationTask:
   """Relations: what the trainer, the steps, the compiler and evaluation call for `task=relations`.
 
-  `match`: the triple form whose F1 selects checkpoints ("string" on CasRel-format corpora, else "boundaries").
+  `match`: the triple form whose F1 selects checkpoints; `roles`: the entity types that are the subject and the
+  object, in that order (() : any entity may take either side); `pointer_rope`: RoPE on the head / tail pointers.
   """
 
   name = "relations"
   threshold_refusal = "task=relations decodes three pointers at one threshold; tuning it is not built"
 
-  def __init__(self, match: str = "boundaries"):
-    if match not in MATCHES:
-      raise ValueError(f"match must be one of {MATCHES}, got {match!r}")
-    self.match = match
+  def __init__(self, match: str = "boundaries", roles: tuple = (), pointer_rope: bool = False):
+    if match not in host.MATCHES:
+      raise ValueError(f"match must be one of {host.MATCHES}, got {match!r}")
+    if roles and len(roles) != 2:
+      raise ValueError(f"roles must be (subject type, object type) or (), got {roles!r}")
+    self.match, self.roles, self.pointer_rope = match, tuple(roles), bool(pointer_rope)
+    self.options = {"match": self.match, "roles": self.roles, "pointer_rope": self.pointer_rope}
+
+  # Construction: the options a run spec keeps (`RunSpec.task_options`).
+  @classmethod
+  def options(cls, config, conventions) -> dict:
+    """The selection form and the roles as the corpus's conventions say (`data.sources.conventions`);
+    model.pointer_rope."""
+    return {"match": conventions["match"], "roles": tuple(conventions["roles"] or ()),
+            "pointer_rope": bool(config.model.get("pointer_rope", False))}
+
+  @classmethod
+  def config_refusal(cls, config) -> str | None:
+    """The GPLinker pointers are span heads trained with sparse ZLPR: a tagger head or another loss is refused."""
+    from gp_jax.models.heads import HEADS
+
+    if config.model.head not in HEADS:
+      return (f"task=relations: model.head={config.model.head!r} is a tagger; the GPLinker pointers are span heads: "
+              f"set model.head to one of {sorted(HEADS)}")
+    if config.loss.kind != "sparse_zlpr":
+      return (f"task=relations: loss.kind={config.loss.kind!r}; the relation pointers train with sparse_zlpr (flat "
+              "gold ids): set loss.kind=sparse_zlpr")
+    return None
 
   @classmethod
   def from_spec(cls, spec) -> RelationTask:
-    return cls(match=spec.triple_match)
+    return cls(**dict(spec.task_options))
 
-  def relation_types(self, *, train, dev, test):
-    return union_relation_types(train=train, dev=dev, test=test)
+  # Label space: the relation types (relation_types.json beside types.json, the name older workdirs have).
+  def labels(self, *, train, dev, test) -> tuple[str, ...]:
+    """The union over labelled splits; none is the user's error (the corpus holds no relations)."""
+    out = tuple(union_relation_types(train=train, dev=dev, test=test))
+    if not out:
+      raise UserError('task=relations: the corpus holds no relations: expected records with "relations": '
+                      '[{"head", "tail", "type"}] (jsonl), a casrel file, webnlg_star or synthetic_relations')
+    return out
 
-  def split_relation_types(self, prepared) -> tuple[str, ...]:
-    return tuple(prepared.relations.types)
+  def split_labels(self, prepared) -> tuple[str, ...]:
+    return tuple(prepared.table.types)
 
-  def prepare(self, records, tokenizer, types, relation_types, **options):
-    """`windows.prepare_split` with relations; the texts kept (`record_texts`) for the string form."""
-    return serving_relations.prepare(records, tokenizer, types, relation_types, **options)
+  def save_labels(self, workdir, labels) -> None:
+    storage.write_json(storage.path(workdir) / RELATION_TYPES_FILE, list(labels))
+
+  def load_labels(self, workdir) -> tuple[str, ...]:
+    path = storage.path(workdir) / RELATION_TYPES_FILE
+    if not path.exists():
+      raise UserError(f"{path}: missing: a task=relations workdir keeps its relation types there")
+    return tuple(json.loads(path.read_text()))
+
+  def prepare(self, records, tokenizer, types, labels, **options):
+    """`windows.prepare_split` and the split's relation table (`PreparedSplit.table`)."""
+    return table.prepare(records, tokenizer, types, labels, **options)
 
   @staticmethod
   def batch_targets(p, rows, w, span_ids_BHK, L):
     return relation_targets(p, rows, w, span_ids_BHK, L)
 
-  def target_shapes(self, *, num_types: int, num_relations: int, batch: int, length: int) -> dict[str, tuple]:
-    return {"entity_ids": (batch, num_types, length), "head_ids": (batch, num_relations, length),
-            "tail_ids": (batch, num_relations, length)}
+  def target_shapes(self, labels, *, num_types: int, batch: int, length: int) -> dict[str, tuple]:
+    R = len(labels)
+    return {"entity_ids": (batch, num_types, length), "head_ids": (batch, R, length), "tail_ids": (batch, R, length)}
 
-  def build_model(self, encoder, *, head: str, num_types: int, num_relations: int, feature_names, tag_scheme: str,
-                  loss_implementation: str, head_size: int, use_rope: bool, pointer_rope: bool,
-                  max_span_width, dtype, rngs):
+  def build_model(self, encoder, spec, labels, *, num_types: int, feature_names, dtype, rngs):
+    """`RelationModel` around `GPLinkerHead`: the entity pointer as `spec.head` / `spec.use_rope`, the head and tail
+    pointers one head per relation type, RoPE from `pointer_rope`."""
     from gp_jax.models.gplinker import GPLinkerHead  # the model side imports flax here only (see entities)
     from gp_jax.models.heads import HEADS
     from gp_jax.models.ner import RelationModel
 
-    if head not in HEADS:
-      raise ValueError(f"task=relations: model.head must be one of {sorted(HEADS)}, got {head!r}")
-    module = GPLinkerHead(encoder.hidden_size, num_types, num_relations, head_size=head_size,
-                          efficient=head == "efficient", use_rope=use_rope, pointer_rope=pointer_rope,
-                          max_span_width=max_span_width, dtype=dtype, rngs=rngs)
-    return RelationModel(encoder, module, feature_names, loss_implementation=loss_implementation)
+    if spec.head not in HEADS:
+      raise ValueError(f"task=relations: model.head must be one of {sorted(HEADS)}, got {spec.head!r}")
+    module = GPLinkerHead(encoder.hidden_size, num_types, len(labels), head_size=spec.head_size,
+                          efficient=spec.head == "efficient", use_rope=spec.use_rope, pointer_rope=self.pointer_rope,
+                          max_span_width=spec.max_span_width, dtype=dtype, rngs=rngs)
+    return RelationModel(encoder, module, feature_names, loss_implementation=spec.loss_implementation)
 
   # Device decoding: three hit buffers (entity, head, tail).
   def initial_hits(self, batch_size: int) -> tuple[int, int, int]:
     size = max(64, batch_size * 32)
     return (size, size, size)
 
+  def decode(self, model, batch, *, sizes, **options):
+    """The eval step's hits: the entity, head and tail buffers."""
+    return model.decode_hits(batch, size=sizes, **options)
+
   def hit_counts(self, out) -> tuple[int, ...]:
     return tuple(int(h[0]) for h in out[:3])
 
-  def grown(self, size, counts):
-    return grown_sizes(size, counts)
-
-  def window_hits(self, out) -> dict:
-    """Eval step outputs -> {"entities": window hit columns, "triples": window triple columns}."""
-    return serving_relations.window_hits(out)
+  def window_hits(self, out, *, types) -> dict:
+    """Eval step outputs -> {"entities": window hit columns, "triples": window triple columns} (`host.window_hits`;
+    `types`: the entity types, which the roles name)."""
+    return host.window_hits(out[:3], out[3], types=types, options=self.options)
 
   def concat_hits(self, hits):
-    return serving_relations.concat_hits(hits)
+    return host.concat_hits(hits)
 
   # Host: records, metric, results.
   def assemble(self, prepared, hits) -> list[dict]:
-    """Per record {"entities": [entity dicts], "relations": [{"head", "tail", "type", "score"}]}, head and tail
-    indexing the record's entities (`serving_relations.assemble`)."""
-    return serving_relations.assemble(prepared, hits)
-
-  def triples(self, p, predictions, form: str) -> tuple[set, set]:
-    """(predicted, gold) triples of `form`, as (record, subject, object, relation type) tuples."""
-    texts = getattr(p, "record_texts", None)
-    if form == "string" and texts is None:
-      raise ValueError(f"{p.name}: the string form needs the texts (prepare with RelationTask.prepare)")
-
-    def entity(r, a, b, etype):
-      return {"boundaries": (a, b), "strict": (a, b, etype), "string": texts[r][a:b] if texts else None}[form]
-
-    pred = set()
-    for r, x in enumerate(predictions):
-      ents = x["entities"]
-      for rel in x["relations"]:
-        s, o = ents[rel["head"]], ents[rel["tail"]]
-        pred.add((r, entity(r, s["start"], s["end"], s["type"]), entity(r, o["start"], o["end"], o["type"]),
-                  rel["type"]))
-    t = p.relations
-    ch, et = p.entity_char_E2, p.entity_type
-    gold = {(int(r), entity(int(r), int(ch[h, 0]), int(ch[h, 1]), p.types[et[h]]),
-             entity(int(r), int(ch[o, 0]), int(ch[o, 1]), p.types[et[o]]), t.types[ty])
-            for r, h, o, ty in zip(t.record.tolist(), t.head.tolist(), t.tail.tolist(), t.type.tolist())}
-    return pred, gold
+    """Per record {"entities", "relations": [{"head", "tail", "type", "score"}]} (`host.assemble`)."""
+    return host.assemble(prepared, hits)
 
   def score(self, prepared, predictions) -> dict:
-    """Triple P/R/F1 of the selection form (`match`; "f1" chooses checkpoints), per relation ("per_type"), micro and
-    macro; every form under "triples"; entity F1 under "entities"; by overlap kind and triples per sentence (gold
-    triples' sentences); per-record counts."""
-    p = prepared
-    forms = [f for f in MATCHES if f != "string" or getattr(p, "record_texts", None) is not None]
-    by_form = {f: self.triples(p, predictions, f) for f in forms}
-    pred, gold = by_form[self.match]
-    result = triple_prf(pred, gold)
-    result["match"] = self.match
-    result["triples"] = {f: {k: v for k, v in span_prf(*by_form[f]).items() if k in RESULT_KEYS} for f in forms}
-    ent_pred = {(r, int(e["start"]), int(e["end"]), str(e["type"])) for r, x in enumerate(predictions)
-                for e in x["entities"]}
-    ents = span_prf(ent_pred, merge.gold_spans(p))
-    result["entities"] = {k: ents[k] for k in RESULT_KEYS}
-    result["per_record"] = per_record_counts(pred, gold, p.num_records)
-    result["by_overlap"], result["by_triples"] = self.breakdowns(p, pred, gold)
-    return result
-
-  def breakdowns(self, p, pred, gold) -> tuple[dict, dict]:
-    """tp / pred / gold by the gold sentence's overlap kind and by its number of gold triples (CasRel, TPLinker):
-    a sentence's predictions count in its class."""
-    gold_by = [[] for _ in range(p.num_records)]
-    for x in gold:
-      gold_by[x[0]].append((x[1], x[3], x[2]))
-    kind = [overlap_kind(g) for g in gold_by]
-    count = [len(g) for g in gold_by]
-    overlap = {k: {"tp": 0, "pred": 0, "gold": 0} for k in OVERLAP_KINDS}
-    by_count = {label: {"tp": 0, "pred": 0, "gold": 0} for label, *_ in TRIPLE_COUNTS}
-
-    def label_of(n):
-      return next((lab for lab, lo, hi in TRIPLE_COUNTS if n >= lo and (hi is None or n <= hi)), None)
-
-    for field, triples in (("gold", gold), ("pred", pred), ("tp", pred & gold)):
-      for x in triples:
-        r = x[0]
-        overlap[kind[r]][field] += 1
-        lab = label_of(count[r])
-        if lab is not None:
-          by_count[lab][field] += 1
-    return overlap, by_count
+    """Triple P/R/F1 of the selection form ("f1"), every form, the entity pointer's F1, breakdowns (`host.score`)."""
+    return host.score(prepared, predictions, options=self.options)
 
   def final_fields(self, result: dict) -> dict:
     return dict({k: result[k] for k in RESULT_KEYS}, per_type=result["per_type"], per_record=result["per_record"],
@@ -226,6 +177,10 @@ class RelationTask:
     return [f"triple F1 by form: {forms} (selection: {result['match']}); macro over relations {result['macro_f1']:.4f}; "
             f"entity F1 {result['entities']['f1']:.4f}"]
 
+  def run_fields(self) -> dict:
+    """What results.json records of the task once per run: nothing."""
+    return {}
+
   def resolved_choices(self) -> dict:
     """The head and tail pointers' loss path (the blockwise plan covers the upper triangle only)."""
     from gp_jax.models.gplinker import GPLinkerHead
@@ -235,5 +190,4 @@ class RelationTask:
 
 TASK = RelationTask
 
-__all__ = ["TASK", "RelationTask", "relation_targets", "bounded_rows", "overlap_kind", "save_relation_types",
-           "load_relation_types", "MATCHES", "MAX_CANDIDATES_PER_ROW", "RELATION_TYPES_FILE"]
+__all__ = ["TASK", "RelationTask", "relation_targets", "RELATION_TYPES_FILE"]
