@@ -65,10 +65,10 @@ def test_people_daily_study_trains_on_test_and_reports_dev():
   assert (config.data.train_split, config.data.dev_split, config.data.test_split) == ("test", "holdout", "dev")
   assert config.data.dev_fraction == 0.1 and config.early_stop_patience == 2
   runs = sweep.expand(path, "runs")
-  assert len({r.name for r in runs}) == len(runs) == 30
-  for max_len in (579, 128):
+  assert len({r.name for r in runs}) == len(runs) == 40
+  for max_len, seeds in ((579, 3), (128, 5)):  # the 128-token arm at the n fixed by the power section
     arm = [r for r in runs if dict(r.overrides)["config.data.max_len"] == max_len]
-    assert len(arm) == 15 and sum("head=crf" in r.name for r in arm) == 3
+    assert len(arm) == 5 * seeds and sum("head=crf" in r.name for r in arm) == seeds
 
 
 def test_tricks_sweeps_five_cells_of_three_seeds():
