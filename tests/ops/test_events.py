@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gp_jax.ops import grown_sizes, span_mask
+from gp_jax.ops import span_mask
 from gp_jax.ops.events import event_hits
+from gp_jax.tasks.base import grown_sizes
 from gp_jax.tasks.events.cliques import group_events
 from tests.tasks.test_event_cliques import LABELS, PLANTED, as_set, planted_scores, su_events
 

@@ -200,7 +200,8 @@ def test_planted_events_against_su(require_trigger):
   got = group_events(*hits, classes=LABELS, require_trigger=require_trigger)
   want = su_events(argument, head, tail, am, LABELS, trigger=require_trigger)
   assert as_set(got.events) == want
-  planted = {(0, t, frozenset(a)) for t, a in PLANTED if require_trigger is False or any(r == "trigger" for r, *_ in a)}
+  planted = {(0, t, frozenset(a)) for t, a in PLANTED
+             if not require_trigger or any(r == "trigger" for r, *_ in a)}
   assert {e for e in want if e[0] == 0} == planted
   assert sum(e[0] == 1 for e in want) >= 3  # the random row gives events too
   assert got.over_bound == got.over_bound_arguments == 0
