@@ -71,3 +71,34 @@ def test_plan_counts_the_family_and_fixes_n_per_study():
   assert wide["required"] > 5  # a 1-sd effect needs many seeds at alpha / 3
   plans, fixed = power.plan(rows, min_n=5, only="standard")
   assert [p["planned"] for p in plans] == [True, False] and fixed == {"s/a": 5}
+
+
+def _compare_row(dataset, head, seeds, *, max_len=None, p=0.001, significant=False, test_split="test", inf=None):
+  values = [0.1 + 0.01 * s for s in seeds]
+  return {"what": f"RoPE on vs off ({head})", "a": {"dataset": dataset, "head": head,
+                                                    "config": {"data.test_split": test_split}},
+          "max_len": max_len, "seeds": list(seeds), "values": values, "split": "test", "mean": 0.1, "low": 0.05,
+          "high": 0.15, "t_p": 0.01, "t_p_holm": 0.04, "p": p, "p_holm": p, "significant": significant,
+          "influence": inf, "flags": []}
+
+
+def test_headline_rows_mark_runs_in_progress_and_missing_counts():
+  from launch.report import headline
+
+  inf = {"mean": 0.09, "top": [{}] * 5, "flagged": False}
+  rows = [_compare_row("germeval2014", "standard", (0, 1, 2), p=None),
+          _compare_row("msra", "efficient", (0, 1), p=None),
+          _compare_row("people_daily", "standard", (0, 1, 2, 3, 4), max_len=128, test_split="dev", inf=inf,
+                       significant=True),
+          {**_compare_row("people_daily", "standard", (0, 1, 2), max_len=128), "what": "GP vs CRF (GP with RoPE)"},
+          {**_compare_row("people_daily", "standard", (0, 1, 2)), "arms": (579, 128)}]
+  out = headline.headline_rows(rows)
+  assert [(h["dataset"], h["head"]) for h in out] == [("People's Daily, 128-token windows", "GP"), ("MSRA", "EGP"),
+                                                      ("GermEval 2014", "GP")]
+  pd, msra, germeval = out
+  assert pd["decision"] == "**significant**" and pd["split"] == "official dev" and pd["paper"].startswith("+41.90")
+  assert pd["check"] == "holds: +9.00 without top 5" and pd["diff"] == "+10.00" and pd["interval"] == "[+5.00, +15.00]"
+  assert msra["decision"] == "not decided at n = 2 (runs in progress: n = 2 of 5)"
+  assert msra["boot"] == "no per-record counts" and msra["split"] == "test"
+  assert germeval["decision"] == "not decided at n = 3 (lacks per-record counts)"
+  assert "| People's Daily, 128-token windows | GP | official dev | 5 |" in headline.table(out)
