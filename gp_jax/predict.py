@@ -1,4 +1,4 @@
-"""Predicts entities with a trained workdir or an exported folder (`gp_jax.export`).
+"""Predicts with a trained workdir or an exported folder (`gp_jax.export`), whatever the task.
 
   python -m gp_jax.predict --workdir=W | --exported=DIR [--input=PATH|-] [--output=PATH|-]
       [--input_format=lines|jsonl] [--output_format=jsonl] [--split=test] [--threshold=0.0]
@@ -11,9 +11,8 @@ neither flax, orbax nor ml_collections. Paths may be local or gs://.
 Input formats (never guessed): `lines`, one text per line; `jsonl`, one {"id", "text"} object per line
 (the id is echoed as it is); `cblue`, a CBLUE JSON array; all strict UTF-8 (a bad byte is a one-line error
 naming file, line and column). `--split` reads the workdir's corpus split instead. Output `jsonl`: {"id"?,
-"text", "entities": [{"start", "end", "type", "text", "score"}]} with character offsets (end exclusive); a
-task=relations workdir or exported folder adds "relations": [{"head", "tail", "type", "score"}], head and tail
-indexing "entities". Texts longer than the model's max length go through sliding windows. Formats are the
+"text"} and the task's fields (its host half's `output_record`; entities: "entities": [{"start", "end", "type",
+"text", "score"}] with character offsets, end exclusive; see docs/tasks.md for the others). Texts longer than the model's max length go through sliding windows. Formats are the
 `READERS` / `WRITERS` registries.
 
 A workdir's eval step is compiled per length bucket, only for the buckets the input's batches take: an input
@@ -98,12 +97,12 @@ def read_jsonl(f, *, source: str) -> Iterator[dict]:
     yield {"id": obj["id"], "text": obj["text"]} if "id" in obj else {"text": obj["text"]}
 
 
-def write_jsonl(dst, rows: Iterable[tuple[dict, list[dict]]]) -> None:
-  """One {"id"?, "text", "entities"} object per record (id only when the input had one); task=relations adds
-  "relations": [{"head", "tail", "type", "score"}], head and tail indexing "entities"."""
-  for record, entities in rows:
+def write_jsonl(dst, rows: Iterable[tuple[dict, dict]]) -> None:
+  """One {"id"?, "text", ...} object per record (id only when the input had one), then the task's fields
+  (`host.output_record`; entities: "entities")."""
+  for record, fields in rows:
     out = {"id": record["id"]} if "id" in record else {}
-    out.update(text=record["text"], **(entities if isinstance(entities, dict) else {"entities": entities}))
+    out.update(text=record["text"], **fields)
     dst.write(json.dumps(out, ensure_ascii=False) + "\n")
 
 
@@ -115,23 +114,24 @@ def read_cblue(f, *, source: str) -> Iterator[dict]:
     yield {"id": index, "text": obj["text"], "record": obj}
 
 
-def write_cmeee(dst, rows: Iterable[tuple[dict, list[dict]]]) -> None:
+def write_cmeee(dst, rows: Iterable[tuple[dict, dict]]) -> None:
   """The CMeEE submission: the input records, same count and order, with "entities" filled (end_idx inclusive)."""
   dst.write("[")
-  for n, (record, entities) in enumerate(rows):
-    out = cblue.to_cmeee(record.get("record", {"text": record["text"]}), entities)
+  for n, (record, fields) in enumerate(rows):
+    out = cblue.to_cmeee(record.get("record", {"text": record["text"]}), fields["entities"])
     dst.write(("," if n else "") + "\n" + json.dumps(out, ensure_ascii=False))
   dst.write("\n]\n")
 
 
-def write_cluener(dst, rows: Iterable[tuple[dict, list[dict]]]) -> None:
+def write_cluener(dst, rows: Iterable[tuple[dict, dict]]) -> None:
   """The CLUENER submission: one {"id", "label": {type: {mention: [[start, end_inclusive], ...]}}} per line."""
-  for n, (record, entities) in enumerate(rows):
-    dst.write(cblue.cluener_line(record.get("id", n), record["text"], entities) + "\n")
+  for n, (record, fields) in enumerate(rows):
+    dst.write(cblue.cluener_line(record.get("id", n), record["text"], fields["entities"]) + "\n")
 
 
 # reader(binary or text file, source=name) -> iterator of {"text", "id"?}: a text file with a byte buffer
-# (sys.stdin) is read through it; writer(text file, iterator of (record, entities)).
+# (sys.stdin) is read through it; writer(text file, iterator of (record, the task's fields)); cmeee and cluener
+# write the "entities" field.
 READERS = {"lines": read_lines, "jsonl": read_jsonl, "cblue": read_cblue}
 WRITERS = {"jsonl": write_jsonl, "cmeee": write_cmeee, "cluener": write_cluener}
 # The file written when --output is a folder.
@@ -152,25 +152,26 @@ class Predictor(WindowPredictor):
     """`platform`: the target the precision policy resolves for (default this machine's backend); `attention`:
     overrides the run's model.attention (export takes "xla", the path every platform lowers)."""
     # pylint: disable=g-import-not-at-top
-    from gp_jax import aot, factory
+    from gp_jax import aot, factory, tasks
     from gp_jax import checkpoint as ckpt_lib
     from gp_jax import state as state_lib
     from gp_jax import workdir as wd
     from gp_jax.steps import HitDecoder
-    from gp_jax.tasks.relations import load_relation_types
     from gp_jax.threshold import tuned_threshold
 
     self.config = wd.load_config(workdir)
     if attention is not None:
       self.config.model.attention = attention
     self.types = wd.load_types(workdir)
-    self.relation_types = load_relation_types(workdir)
     self.tokenizer = wd.load_tokenizer(workdir)
+    target = factory.target_platform(platform)
+    self.task = tasks.of(factory.run_spec(self.config, target))
+    self.labels = self.task.load_labels(workdir)
     mesh = shd.make_mesh(-1, 1)
     # Parameters abstract (they are restored next): no random init of the whole model to throw away.
-    setup = aot.target_setup(self.config, self.tokenizer, self.types, mesh, factory.target_platform(platform),
+    setup = aot.target_setup(self.config, self.tokenizer, self.types, mesh, target,
                              encoder_config=wd.load_encoder_config(workdir) or factory.encoder_config(self.config),
-                             relation_types=self.relation_types)
+                             labels=self.labels)
     self.setup = dataclasses.replace(setup, rest=jax.device_put(setup.rest, shd.replicated(mesh)))
     mngr = ckpt_lib.make_manager(ckpt_lib.find_checkpoint_dir(workdir), keep=1)
     self.step, self.params = ckpt_lib.restore_params(mngr, state_lib.abstract_params(self.setup))
@@ -187,16 +188,8 @@ class Predictor(WindowPredictor):
     self.window_options = spec.window_options
     self.buckets = spec.buckets
     self.decoder = HitDecoder(self.setup, batch_size=self.batch_size, name="predict")
-    self.task = self.decoder.task
-    self.batch_targets = self.task.batch_targets
-    self._compiled: set[tuple[int, int]] = set()  # (hit buffer, bucket length) compiled ahead
-
-  def prepare(self, records, name):
-    return self.task.prepare(records, self.tokenizer, self.types, self.relation_types or None, name=name,
-                             **self.window_options)
-
-  def assemble(self, prepared, hits):
-    return self.task.assemble(prepared, self.task.concat_hits(hits))
+    self.host, self.options = tasks.host(spec.task), dict(spec.task_options)  # WindowPredictor's prepare / assemble
+    self._compiled: set[tuple[int, int]] = set()  # (hit buffers, bucket length) compiled ahead
 
   def compile_ahead(self, lengths: Iterable[int] | None = None) -> None:
     """The eval step for each bucket length in `lengths` (default every bucket) not compiled yet, compiled
@@ -219,21 +212,22 @@ class Predictor(WindowPredictor):
     self.compile_ahead(lengths)
 
   def window_hits(self, batch):
+    """The task's window hits of a batch, decoded as evaluation decodes (`steps.HitDecoder`)."""
     from gp_jax.evaluate import model_batch  # pylint: disable=g-import-not-at-top
 
     return self.decoder(self.params, shd.global_batch(model_batch(batch), self.setup.mesh), self.threshold or 0.0)
 
 
 def predict_stream(predictor: WindowPredictor, records: Iterable[dict], *,
-                   chunk_size: int = 1000) -> Iterator[tuple[dict, list[dict]]]:
-  """(record, entities) per record, reading `records` lazily, `chunk_size` at a time."""
+                   chunk_size: int = 1000) -> Iterator[tuple[dict, dict]]:
+  """(record, the task's fields) per record, reading `records` lazily, `chunk_size` at a time."""
   it = iter(records)
   while chunk := list(itertools.islice(it, max(1, chunk_size))):
     yield from zip(chunk, predictor.predict([r["text"] for r in chunk]))
 
 
 def predict_records(predictor: WindowPredictor, records: Sequence[dict], *,
-                    chunk_size: int = 1000) -> Iterator[tuple[dict, list[dict]]]:
+                    chunk_size: int = 1000) -> Iterator[tuple[dict, dict]]:
   """`predict_stream` over records already read: each chunk is prepared once, and a predictor that compiles per
   bucket first compiles, together, the buckets that every chunk's batches take."""
   if not predictor.compiles_ahead:

@@ -1,36 +1,34 @@
 """Reads a serving folder written by `gp_jax.export` back: jax and numpy only (no flax, orbax, ml_collections).
 
   model = load_exported(DIR)               # local or gs://
-  coords_N4, scores_N = model(batch)       # batch: {name: int32 [B, L]} for the manifest's inputs
-  ExportedPredictor(DIR).predict(texts)    # entity dicts, as `python -m gp_jax.predict --exported=DIR` writes
+  hits = model(batch)                      # batch: {name: int32 [B, L]} for the manifest's inputs
+  ExportedPredictor(DIR).predict(texts)    # records, as `python -m gp_jax.predict --exported=DIR` writes them
 
-A task=relations folder (manifest "task") returns three hit buffers instead, whose sizes are inputs (grown and run
-again when a count exceeds its buffer), and predicts {"entities", "relations"} per text (`gp_jax.serving_relations`).
+The folder's task (manifest "task") is reached through `gp_jax.tasks.host(name)`, its host half: the program's
+outputs and buffer inputs, how a call is run (`run_exported`: fallbacks, grown hit buffers), window hits, records
+and the fields predict writes. Nothing here branches on the task.
 
-Also the folder's format (`MANIFEST`, `FORMAT_VERSION`, `MODEL_FILES`, `OUTPUTS`, which `gp_jax.export` writes
-to) and `WindowPredictor`, the texts -> windows -> hits -> entities loop that `gp_jax.predict.Predictor` shares.
-Imports: storage, gp_jax.data, gp_jax.ops.relations and gp_jax.serving_relations only (no flax); neither
-gp_jax.export nor gp_jax.predict (they import this module).
-See docs/serving.md.
+Also the folder's format (`MANIFEST`, `FORMAT_VERSION`, `MODEL_FILES`, which `gp_jax.export` writes to) and
+`WindowPredictor`, the texts -> windows -> hits -> records loop that `gp_jax.predict.Predictor` shares.
+Imports: storage, gp_jax.data, gp_jax.tasks (the registry and host halves: no flax); neither gp_jax.export nor
+gp_jax.predict (they import this module). See docs/serving.md.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import tempfile
 
 import jax
 import numpy as np
 
-from gp_jax import serving_relations, storage
-from gp_jax.data import batching, merge, windows
+from gp_jax import storage, tasks
+from gp_jax.data import batching
 from gp_jax.data.char_tokenizer import CharTokenizer
 from gp_jax.data.tokenize import load_tokenizer
 # UserError: bad flags, input or config; gp_jax.predict's main prints it as one line and exits with status 2.
 from gp_jax.errors import UserError
-from gp_jax.ops.relations import grown_sizes
 
 # Deferred import below: onnxruntime, an optional dependency (the `onnx` extra), for ONNX folders only.
 
@@ -38,35 +36,12 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 MODEL_FILES = {"stablehlo": "model.jax_export", "onnx": "model.onnx"}
 BATCH_FIELDS = ("attention_mask", "span_mask", "positions")  # the model inputs after the tokenizer's features
-OUTPUTS = ("count", "coords", "hit_scores", "scores")
-# task=relations: the three pointers' hit buffers. Their sizes are inputs: int32 [0, size] arrays (no data, only
-# the shape) after positions, before threshold; each pointer returns (count, coords [size, 4], scores [size]).
-POINTERS = ("entity", "head", "tail")
-RELATION_BUFFERS = tuple(f"{k}_buffer" for k in POINTERS)
-RELATION_OUTPUTS = tuple(f"{k}_{x}" for k in POINTERS for x in ("count", "coords", "scores"))
-
-log = logging.getLogger(__name__)
-
 
 class ExportError(Exception):
   """A workdir or folder that cannot be exported or loaded; the message is one line for the user."""
 
 
 # ----------------------------------------------------------------------------- loading
-
-
-def host_span_hits(scores_BHLL, span_mask_BL, *, threshold: float, max_span_width=None):
-  """All hits of span logits on the host: (coords [N, 4] (row, type, start, end), scores [N]), row-major."""
-  scores_BHLL = np.asarray(scores_BHLL)
-  valid_BL = np.asarray(span_mask_BL).astype(bool)
-  L = valid_BL.shape[1]
-  i, j = np.arange(L)[:, None], np.arange(L)[None, :]
-  allowed_LL = j >= i
-  if max_span_width is not None:
-    allowed_LL &= (j - i) < max_span_width
-  mask_B1LL = (valid_BL[:, :, None] & valid_BL[:, None, :] & allowed_LL)[:, None]
-  coords_N4 = np.stack(np.nonzero((scores_BHLL > threshold) & mask_B1LL), axis=-1).astype(np.int32)
-  return coords_N4.reshape(-1, 4), scores_BHLL[tuple(coords_N4.T)].astype(np.float32)
 
 
 def read_manifest(directory) -> dict:
@@ -82,16 +57,13 @@ def read_manifest(directory) -> dict:
 
 
 class ExportedModel:
-  """A serving folder loaded back: `model(batch)` -> (coords [N, 4] (row, type, start, end), scores [N]), every hit.
+  """A serving folder loaded back: `model(batch)` -> every hit, as its task's host half gives them to `window_hits`
+  (per hit buffer: (count, coords [count, 4], scores [count]); entities: one buffer, coords (row, type, start, end)).
 
-  `batch` maps the manifest's input names to int32 [B, L] arrays (extra keys are ignored). `outputs(batch)`
-  gives the raw outputs (`OUTPUTS`; device arrays for StableHLO). A batch with more hits than the
-  exported buffer loses none: span heads read the score output on the host (`host_span_hits`),
-  taggers run again one row at a time (a row holds at most max_len <= hit_buffer hits).
-
-  task=relations (`task`, `relation_types`): `model(batch)` -> (entity hits, head hits, tail hits), each (count,
-  coords [count, 4], scores [count]) as `ops.relation_hits` gives them; a buffer too small for its count grows
-  (`hit_buffers`, kept for later calls) and the batch runs again.
+  `batch` maps the manifest's input names to int32 [B, L] arrays (extra keys are ignored). `outputs(batch)` gives
+  the raw outputs by name (the host's `OUTPUTS`; ONNX: "scores"). No hit is lost: the host's `run_exported` falls
+  back (entities: the scores output, or a row at a time) or grows a buffer (`hit_buffers`, kept for later calls)
+  and runs the batch again.
   """
 
   def __init__(self, directory, *, tokenizer=None):
@@ -102,9 +74,11 @@ class ExportedModel:
     self.types = storage.read_json(root / "types.json")
     self.tokenizer = tokenizer or _load_tokenizer(root / "tokenizer")
     self.task = m.get("task", "entities")
-    self.relation_types = tuple(m.get("relation_types") or ())
-    self.hit_buffers = tuple(m["hit_buffers"]) if self.task == "relations" else None  # grown by __call__
-    self.names = [x["name"] for x in m["inputs"] if x["name"] not in ("threshold", *RELATION_BUFFERS)]
+    self.host = tasks.host(self.task)
+    self.labels, self.options = self.host.manifest_settings(m, self.types)
+    # A folder written before "hit_buffers" was a list: an entity folder's one "hit_buffer".
+    self.hit_buffers = tuple(int(x) for x in (m.get("hit_buffers") or [m.get("hit_buffer")]))
+    self.names = [x["name"] for x in m["inputs"] if x["name"] not in ("threshold", *self.host.BUFFERS)]
     self.is_tagger = bool(m["tagger"])
     self.threshold = m["threshold"]
     blob = (root / m["file"]).read_bytes()
@@ -121,9 +95,6 @@ class ExportedModel:
     else:
       raise ExportError(f"{self.directory}: unknown format {m['format']!r}")
 
-  def _arrays(self, batch):
-    return [np.asarray(batch[n], np.int32) for n in self.names]
-
   def _pad(self, batch):
     """Inputs only, with L >= min_length: padding columns are masked out (tokenizer pad values)."""
     batch = {n: np.asarray(batch[n], np.int32) for n in self.names}
@@ -133,56 +104,28 @@ class ExportedModel:
       batch = {n: np.pad(x, ((0, 0), (0, short)), constant_values=pad.get(n, 0)) for n, x in batch.items()}
     return batch
 
-  def outputs(self, batch, *, threshold: float | None = None) -> dict:
-    """The artifact's outputs by name (StableHLO: count, coords, hit_scores, scores; ONNX: scores;
-    task=relations: `RELATION_OUTPUTS`, from buffers of `hit_buffers`)."""
-    arrays = self._arrays(batch)
+  def _run(self, batch, sizes, threshold: float) -> dict:
+    arrays = [np.asarray(batch[n], np.int32) for n in self.names]
     if self.manifest["format"] == "onnx":
       return {"scores": self._call(*arrays)[0]}
-    thr = np.float32((self.threshold or 0.0) if threshold is None else threshold)
-    if self.task == "relations":
-      buffers = [np.zeros((0, size), np.int32) for size in self.hit_buffers]
-      return dict(zip(RELATION_OUTPUTS, self._call(*arrays, *buffers, thr)))
-    return dict(zip(OUTPUTS, self._call(*arrays, thr)))
+    buffers = [np.zeros((0, size), np.int32) for size in sizes[:len(self.host.BUFFERS)]]
+    return dict(zip(self.host.OUTPUTS, self._call(*arrays, *buffers, np.float32(threshold))))
 
-  def _relation_hits(self, batch, threshold: float):
-    """Every hit of the three pointers: a buffer too small grows (powers of two, as training's HitDecoder) and the
-    batch runs again; the counts do not depend on the buffers, so once is enough."""
-    while True:
-      out = self.outputs(batch, threshold=threshold)
-      counts = tuple(int(out[f"{k}_count"]) for k in POINTERS)
-      grown = grown_sizes(self.hit_buffers, counts)
-      if grown == self.hit_buffers:
-        break
-      log.info("%s: hit buffers (entity, head, tail) %s -> %s for counts %s", self.directory, self.hit_buffers,
-               grown, counts)
-      self.hit_buffers = grown
-    return tuple((count, np.asarray(out[f"{k}_coords"])[:count], np.asarray(out[f"{k}_scores"])[:count])
-                 for k, count in zip(POINTERS, counts))
+  def _threshold(self, threshold: float | None) -> float:
+    return float(self.threshold or 0.0) if threshold is None else float(threshold)
+
+  def outputs(self, batch, *, threshold: float | None = None) -> dict:
+    """The artifact's outputs by name (the host's `OUTPUTS`; ONNX: scores), from buffers of `hit_buffers`."""
+    return self._run(batch, self.hit_buffers, self._threshold(threshold))
 
   def __call__(self, batch, *, threshold: float | None = None):
     if self.is_tagger and threshold is not None:
       raise ExportError(f"threshold applies to span heads; this model's head is {self.manifest['head']}")
-    thr = float(self.threshold or 0.0) if threshold is None else float(threshold)
-    batch = self._pad(batch)
-    if self.task == "relations":
-      return self._relation_hits(batch, thr)
-    out = self.outputs(batch, threshold=thr)
-    if "count" not in out:  # onnx: scores only
-      return host_span_hits(out["scores"], batch["span_mask"], threshold=thr,
-                            max_span_width=self.manifest["max_span_width"])
-    count, size = int(out["count"]), int(self.manifest["hit_buffer"])
-    if count <= size:
-      return np.asarray(out["coords"])[:count], np.asarray(out["hit_scores"])[:count]
-    if not self.is_tagger:
-      return host_span_hits(out["scores"], batch["span_mask"], threshold=thr,
-                            max_span_width=self.manifest["max_span_width"])
-    coords, scores = [], []
-    for b in range(np.asarray(batch["span_mask"]).shape[0]):
-      c, s = self({n: np.asarray(batch[n])[b:b + 1] for n in self.names})
-      coords.append(np.concatenate([np.full((c.shape[0], 1), b, np.int32), c[:, 1:]], axis=1))
-      scores.append(s)
-    return np.concatenate(coords).astype(np.int32), np.concatenate(scores)
+    thr = self._threshold(threshold)
+    hits, self.hit_buffers = self.host.run_exported(lambda arrays, sizes: self._run(arrays, sizes, thr),
+                                                    self._pad(batch), sizes=self.hit_buffers, threshold=thr,
+                                                    manifest=self.manifest)
+    return hits
 
 
 def _load_tokenizer(src):
@@ -196,8 +139,7 @@ def _load_tokenizer(src):
 
 
 def load_exported(directory) -> ExportedModel:
-  """The serving folder `directory` (local or gs://) as a callable: batch dict -> (coords [N, 4], scores [N])
-  (task=relations: the three pointers' hits)."""
+  """The serving folder `directory` (local or gs://) as a callable: batch dict -> its task's hits."""
   return ExportedModel(directory)
 
 
@@ -218,88 +160,57 @@ def check_threshold(threshold, *, head: str, tagger: bool):
 
 
 class WindowPredictor:
-  """Texts -> windows -> batches -> `window_hits` -> merged char spans. Subclasses set tokenizer, types,
-  window_options (prepare_split's max_len, stride, max_span_width), buckets, batch_size, window_hits; one that
-  compiles a program per bucket sets `compiles_ahead` and overrides `ready`."""
+  """Texts -> windows -> batches -> `window_hits` -> records, through the task's host half (`host`, with `labels`
+  and `options`). Subclasses set host, labels, options, tokenizer, types, window_options (prepare_split's max_len,
+  stride, max_span_width), buckets, batch_size, window_hits; one that compiles a program per bucket sets
+  `compiles_ahead` and overrides `ready`."""
 
   compiles_ahead = False  # whether `ready` compiles anything (worth knowing the buckets of a whole input first)
 
-  def window_hits(self, batch: dict) -> dict:
-    """Pipeline batch -> every hit as window columns (`merge.batch_hits`)."""
+  def window_hits(self, batch: dict):
+    """Pipeline batch -> the task's window hits (`host.window_hits`)."""
     raise NotImplementedError
 
   def ready(self, lengths) -> None:
     """Called with the bucket lengths of the batches about to run, before the first of them."""
 
-  batch_targets = None  # a task's batch targets (`gp_jax.tasks`); None: span_ids
-
   def prepare(self, records: list[dict], name: str):
-    """Records -> `windows.PreparedSplit` (a task's predictor overrides this and `assemble`)."""
-    return windows.prepare_split(records, self.tokenizer, types=self.types, name=name, **self.window_options)
+    """Records -> the task's prepared split (`host.prepare`)."""
+    return self.host.prepare(records, self.tokenizer, self.types, self.labels, name=name, **self.window_options)
 
-  def assemble(self, prepared, hits: list) -> list:
-    """The window hits of every batch -> per record, entity dicts (char offsets)."""
-    return merge.merge_predictions(prepared, merge.concat_hits(hits))
+  def assemble(self, prepared, hits: list) -> list[dict]:
+    """The window hits of every batch -> per record, the task's prediction (`host.assemble`)."""
+    return self.host.assemble(prepared, self.host.concat_hits(hits))
 
   def prepare_texts(self, texts: list[str], name: str = "predict"):
     """Texts -> (prepared split, its eval batches) as `predict` runs them; `batches.lengths()` names their buckets."""
     records = [{"id": str(n), "text": t, "entities": []} for n, t in enumerate(texts)]
     prepared = self.prepare(records, name)
-    return prepared, batching.eval_batches(prepared, batch_size=self.batch_size, buckets=self.buckets,
-                                           targets=self.batch_targets)
+    return prepared, batching.eval_batches(prepared, batch_size=self.batch_size, buckets=self.buckets)
 
-  def predict(self, texts: list[str], prepared=None) -> list:
-    """Per text, entity dicts {"start", "end", "type", "text", "score"}; task=relations: {"entities": [...],
-    "relations": [{"head", "tail", "type", "score"}]} (head and tail index the entities). `prepared`: what
-    `prepare_texts(texts)` returned, when the caller has it already."""
+  def predict(self, texts: list[str], prepared=None) -> list[dict]:
+    """Per text, the fields predict writes (`host.output_record`; entities: {"entities": [{"start", "end", "type",
+    "text", "score"}]}). `prepared`: what `prepare_texts(texts)` returned, when the caller has it already."""
     prepared, batches = prepared or self.prepare_texts(texts)
     self.ready(batches.lengths())
     hits = [self.window_hits(batch) for batch in batches]
-    return [output_prediction(text, p) for text, p in zip(texts, self.assemble(prepared, hits))]
-
-
-def _entity_rows(text: str, ents) -> list[dict]:
-  return [{"start": int(e["start"]), "end": int(e["end"]), "type": e["type"], "text": text[int(e["start"]):int(e["end"])],
-           "score": round(float(e["score"]), 4)} for e in ents]
-
-
-def output_prediction(text: str, prediction):
-  """An assembled prediction (entity dicts, or {"entities", "relations"}) as predict writes it."""
-  if isinstance(prediction, dict):
-    return {"entities": _entity_rows(text, prediction["entities"]),
-            "relations": [{"head": int(r["head"]), "tail": int(r["tail"]), "type": r["type"],
-                           "score": round(float(r["score"]), 4)} for r in prediction["relations"]]}
-  return _entity_rows(text, prediction)
+    return [self.host.output_record(text, p) for text, p in zip(texts, self.assemble(prepared, hits))]
 
 
 class ExportedPredictor(WindowPredictor):
-  """A folder written by `gp_jax.export`: jax and numpy only (no flax, orbax, ml_collections). A task=relations
-  folder predicts {"entities", "relations"} per text, assembled as from its workdir (`gp_jax.serving_relations`)."""
+  """A folder written by `gp_jax.export`: jax and numpy only (no flax, orbax, ml_collections); its records are
+  assembled as from its workdir (the task's host half)."""
 
   def __init__(self, directory: str, *, batch_size: int = 0, threshold: float | None = None):
     self.model = load_exported(directory)
     m = self.model.manifest
     self.manifest, self.types, self.tokenizer = m, self.model.types, self.model.tokenizer
+    self.host, self.labels, self.options = self.model.host, self.model.labels, self.model.options
     self.threshold = check_threshold(threshold, head=m["head"], tagger=m["tagger"])
     self.batch_size = batch_size or m["batch_size"]
     self.window_options = dict(max_len=m["max_len"], stride=m["stride"], max_span_width=m["max_span_width"])
     self.buckets = m["buckets"]
-    self.relation_types = self.model.relation_types  # () for an entity folder
-    self.relations = self.model.task == "relations"
-
-  def prepare(self, records, name):
-    if not self.relations:
-      return super().prepare(records, name)
-    return serving_relations.prepare(records, self.tokenizer, self.types, self.relation_types, name=name,
-                                     **self.window_options)
-
-  def assemble(self, prepared, hits):
-    if not self.relations:
-      return super().assemble(prepared, hits)
-    return serving_relations.assemble(prepared, serving_relations.concat_hits(hits))
 
   def window_hits(self, batch):
     hits = self.model(model_inputs(batch), threshold=self.threshold)
-    if self.relations:
-      return serving_relations.window_hits((*hits, batch["window_index"]))
-    return merge.batch_hits(batch["window_index"], *hits)
+    return self.host.window_hits(hits, batch["window_index"], types=self.types, options=self.options)

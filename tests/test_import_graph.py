@@ -147,3 +147,68 @@ def test_experiment_files_are_loaded_without_editing_sys_path():
       == ["m:2", "m:3"]
   edits = [e for e in sys_path_edits(package_sources()) if e.split(":")[0] not in SYS_PATH_EDITS]
   assert not edits, edits
+
+
+# What an exported folder's reader (gp_jax.serving, `predict --exported`) may import at import time: no flax, orbax
+# or ml_collections (docs/serving.md). It reaches each task through the registry's host half.
+FOLDER_READER_BLOCKED = ("flax", "orbax", "ml_collections")
+
+
+def import_time_imports(source: str, module: str, *, is_init: bool = False) -> set[str]:
+  """`imports`, but only the statements run when the module is imported: its body and the if / try / with blocks
+  there, not function bodies (deferred imports)."""
+  tree = ast.parse(source)
+  stack, kept = list(tree.body), []
+  while stack:
+    node = stack.pop()
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+      kept.append(node)
+    elif isinstance(node, (ast.If, ast.Try, ast.With, ast.ClassDef)):
+      for field in ("body", "orelse", "finalbody", "handlers"):
+        stack.extend(getattr(node, field, ()) or ())
+    elif isinstance(node, ast.ExceptHandler):
+      stack.extend(node.body)
+  return imports(ast.unparse(ast.Module(body=kept, type_ignores=[])), module, is_init=is_init)
+
+
+def import_closure(roots, sources: dict[str, tuple[str, bool]]) -> dict[str, str]:
+  """{third-party top-level package: the first repo module found importing it} over everything importing `roots`
+  runs (parent packages' __init__ included)."""
+  seen, out, todo = set(), {}, list(roots)
+  while todo:
+    module = todo.pop()
+    parts = module.split(".")
+    for k in range(1, len(parts) + 1):  # importing a.b.c runs a, a.b and a.b.c
+      name = ".".join(parts[:k])
+      if name in seen or name not in sources:
+        continue
+      seen.add(name)
+      source, is_init = sources[name]
+      for imported in import_time_imports(source, name, is_init=is_init):
+        top = imported.split(".")[0]
+        if top in PACKAGES:
+          todo.append(imported)
+        else:
+          out.setdefault(top, name)
+  return out
+
+
+def test_import_time_imports_skip_function_bodies():
+  source = "import os\ntry:\n  import yaml\nexcept ImportError:\n  pass\n\ndef f():\n  import flax\n"
+  assert import_time_imports(source, "m") == {"os", "yaml"}
+  sources = {"gp_jax": ("", True), "gp_jax.a": ("from gp_jax import b\n", False), "gp_jax.b": ("import flax\n", False)}
+  assert import_closure(["gp_jax.a"], sources) == {"flax": "gp_jax.b"}
+
+
+def test_an_exported_folders_reader_imports_no_flax_orbax_ml_collections():
+  """gp_jax.serving and every task's host half (`tasks.host(name)` for name in `tasks.NAMES`), with what importing
+  them runs: the task packages' __init__ included."""
+  sources = package_sources()
+  registry = ast.parse(sources["gp_jax.tasks"][0])
+  names = next(ast.literal_eval(node.value) for node in registry.body
+               if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "NAMES" for t in node.targets))
+  roots = ["gp_jax.serving", *(f"gp_jax.tasks.{name}.host" for name in names)]
+  assert all(r in sources for r in roots), roots
+  found = import_closure(roots, sources)
+  assert not {k: v for k, v in found.items() if k in FOLDER_READER_BLOCKED}, found
+  assert "jax" in found and "numpy" in found  # the closure does reach the third-party imports

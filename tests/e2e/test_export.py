@@ -14,12 +14,14 @@ import jax
 import numpy as np
 import pytest
 
-from gp_jax import export, predict, serving
+from gp_jax import export, predict, serving, tasks
 from gp_jax.data import batching, merge, windows
+from gp_jax.tasks.entities import export as entity_export
 from tests import helpers_train as ht
 from tests.e2e.test_predict import CASES
 
 TEXTS = [t for t, _ in CASES]
+ENTITIES = tasks.host("entities")
 # Makes flax, orbax and ml_collections unimportable, then runs gp_jax.predict.
 BLOCKED = ("flax", "orbax", "ml_collections")
 PRELUDE = f"""
@@ -62,10 +64,16 @@ def _batch(predictor, texts, *, pipeline: bool = False):
   return batches[0] if pipeline else serving.model_inputs(batches[0])
 
 
+def _entities(rows):
+  """The entity lists of predicted records ({"entities": [...]})."""
+  return [r["entities"] for r in rows]
+
+
 def _assert_same_predictions(got, want):
-  """Equal entity lists; scores (rounded to 4 places) within 2e-4: a sharded batch or another runtime sums
-  in another order, which can flip the last rounded digit."""
+  """Equal entity lists (or records' "entities"); scores (rounded to 4 places) within 2e-4: a sharded batch or
+  another runtime sums in another order, which can flip the last rounded digit."""
   assert len(got) == len(want)
+  got, want = ([x["entities"] if "entities" in x else x for x in rows] for rows in (got, want))
   for g, w in zip(got, want):
     assert [{**e, "score": None} for e in g] == [{**e, "score": None} for e in w]
     np.testing.assert_allclose([e["score"] for e in g], [e["score"] for e in w], atol=2e-4)
@@ -83,7 +91,9 @@ def test_artifact_equals_in_process_model(trained):
   workdir, out, p = trained
   m = serving.load_exported(out)
   assert m.manifest["head"] == "standard" and m.manifest["step"] == p.step and m.manifest["max_len"] == 48
-  assert m.manifest["task"] == "entities" and m.manifest["relation_types"] is None and m.task == "entities"
+  assert m.manifest["task"] == "entities" and m.manifest["labels"] == [] and m.task == "entities"
+  assert m.manifest["task_options"] == {} and m.manifest["hit_buffers"] == [export.DEFAULT_HIT_BUFFER]
+  assert "hit_buffer" not in m.manifest and m.manifest["outputs"] == list(ENTITIES.OUTPUTS)
   assert [x["name"] for x in m.manifest["inputs"]] == [*p.tokenizer.feature_names, "attention_mask", "span_mask",
                                                       "positions", "threshold"]
   assert m.types == p.types and os.path.exists(os.path.join(out, "tokenizer", "gp_jax_tokenizer.json"))
@@ -91,14 +101,16 @@ def test_artifact_equals_in_process_model(trained):
   names = export.input_names(p.tokenizer.feature_names)
   params = export._one_device(jax.device_get(p.params))
   rest = export._one_device(p.setup.rest)
-  fn = jax.jit(export.forward_fn(p.setup.graphdef, params, rest, names=names, size=m.manifest["hit_buffer"]))
+  size = m.manifest["hit_buffers"][0]
+  fn = jax.jit(entity_export.export_forward(p.setup.graphdef, params, rest, names=names, sizes=(size,)))
   want = fn(*[batch[n] for n in names], np.float32(0.0))
   got = m.outputs(batch)
-  for name, w in zip(serving.OUTPUTS, want):
+  for name, w in zip(ENTITIES.OUTPUTS, want):
     np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(w), err_msg=name)
   count = int(got["count"])
-  assert 0 < count < m.manifest["hit_buffer"]
-  got_coords, got_scores = m(batch)
+  assert 0 < count < size
+  got_count, got_coords, got_scores = m(batch)
+  assert got_count == count
   np.testing.assert_array_equal(got_coords, np.asarray(want[1])[:count])
   np.testing.assert_array_equal(got_scores, np.asarray(want[2])[:count])
   # The workdir predictor's hits (batch sharded over the fake devices) are the same hits.
@@ -160,6 +172,22 @@ def test_exported_predicts_without_flax_orbax_ml_collections(trained):
   assert any(r["entities"] for r in got)
 
 
+def test_a_manifest_written_before_labels_and_hit_buffers_still_loads(trained, tmp_path):
+  """An entity folder of the older format (relation_types null, one "hit_buffer", "hit_buffers" null, no labels or
+  task_options) predicts as the folder written now."""
+  _, out, _ = trained
+  old = tmp_path / "old"
+  shutil.copytree(out, old)
+  manifest = json.loads((old / "manifest.json").read_text())
+  size = manifest.pop("hit_buffers")[0]
+  del manifest["labels"], manifest["task_options"]
+  manifest.update(relation_types=None, hit_buffer=size, hit_buffers=None)
+  (old / "manifest.json").write_text(json.dumps(manifest))
+  m = serving.load_exported(str(old))
+  assert m.hit_buffers == (size,) and m.labels == () and m.options == {}
+  assert serving.ExportedPredictor(str(old)).predict(TEXTS) == serving.ExportedPredictor(out).predict(TEXTS)
+
+
 def test_overflowing_hit_buffer_loses_nothing(trained, tmp_path):
   workdir, out, p = trained
   small = str(tmp_path / "small")
@@ -199,15 +227,16 @@ def test_every_head_exports_and_overflow_loses_nothing(head, untrained):
   setup, params, out = untrained(head)
   m = serving.load_exported(out)
   assert m.is_tagger == (head in ("softmax", "crf"))
-  assert m.manifest["hit_buffer"] == (48 if m.is_tagger else 1)
+  assert m.manifest["hit_buffers"] == [48 if m.is_tagger else 1]
   batch = _batch(serving.ExportedPredictor(out), TEXTS)
-  assert int(m.outputs(batch)["count"]) > m.manifest["hit_buffer"]
+  assert int(m.outputs(batch)["count"]) > m.manifest["hit_buffers"][0]
   names = export.input_names(setup.tokenizer.feature_names)
-  fn = jax.jit(export.forward_fn(setup.graphdef, params, setup.rest, names=names, size=1 << 14))
+  fn = jax.jit(entity_export.export_forward(setup.graphdef, params, setup.rest, names=names, sizes=(1 << 14,)))
   count, coords, hit_scores, _ = fn(*[batch[n] for n in names], np.float32(0.0))
   count = int(count)
   assert 0 < count < 1 << 14
-  got_coords, got_scores = m(batch)
+  got_count, got_coords, got_scores = m(batch)
+  assert got_count == count
   np.testing.assert_array_equal(got_coords, np.asarray(coords)[:count])
   np.testing.assert_allclose(got_scores, np.asarray(hit_scores)[:count], rtol=1e-5, atol=1e-5)  # another compile
   # A one-column batch (L = 1 < the exported minimum 2) is padded, not refused.
@@ -227,17 +256,21 @@ def test_relations_artifact_decodes_as_the_model_and_grows_its_buffers(tmp_path)
   config = ht.tiny_config(task="relations", **{"model.head": "efficient"})
   tokenizer = CharTokenizer.build(TEXTS, min_freq=1, bigram_min_freq=1)
   mesh = shd.make_mesh(1, 1, devices=jax.devices()[:1])
-  relation_types = ("left_of", "part_of")
-  setup, params = state_lib.init_model(config, tokenizer, ["BOX", "CAP", "NUM"], mesh, relation_types=relation_types)
+  labels = ("left_of", "part_of")
+  setup, params = state_lib.init_model(config, tokenizer, ["BOX", "CAP", "NUM"], mesh, labels=labels)
   out = str(tmp_path / "relations")
   manifest = export.export_model(setup, params, out, hit_buffer=1)
-  assert manifest["task"] == "relations" and manifest["relation_types"] == list(relation_types)
-  assert manifest["hit_buffers"] == [1, 1, 1] and manifest["hit_buffer"] is None
+  host = tasks.host("relations")
+  assert manifest["task"] == "relations" and manifest["labels"] == list(labels)
+  assert manifest["task_options"] == {"match": "boundaries", "pointer_rope": False, "roles": []}
+  assert manifest["hit_buffers"] == [1, 1, 1] and "hit_buffer" not in manifest
+  assert manifest["outputs"] == list(host.OUTPUTS) and [x["name"] for x in manifest["inputs"]][-4:] == [
+      *host.BUFFERS, "threshold"]
   m = serving.load_exported(out)
-  assert m.relation_types == relation_types and m.names == export.input_names(tokenizer.feature_names)
+  assert m.labels == labels and m.names == export.input_names(tokenizer.feature_names)
   predictor = serving.ExportedPredictor(out)
   batch = _batch(predictor, TEXTS)
-  counts = [int(m.outputs(batch)[f"{k}_count"]) for k in serving.POINTERS]
+  counts = [int(m.outputs(batch)[f"{k}_count"]) for k in host.POINTERS]
   assert min(counts) > 1, counts  # every buffer overflows
   got = m(batch)
   assert all(size >= count for size, count in zip(m.hit_buffers, counts)), (m.hit_buffers, counts)
@@ -249,13 +282,21 @@ def test_relations_artifact_decodes_as_the_model_and_grows_its_buffers(tmp_path)
     return model.decode_hits(dict(zip(names, arrays)), size=(1 << 14,) * 3, threshold=0.0)
 
   want = jax.jit(decode)(*[batch[n] for n in names])
-  for k, (count, coords, scores), (w_count, w_coords, w_scores) in zip(serving.POINTERS, got, want):
+  for k, (count, coords, scores), (w_count, w_coords, w_scores) in zip(host.POINTERS, got, want):
     w_count = int(w_count)
     assert count == w_count < 1 << 14, k
     np.testing.assert_array_equal(coords, np.asarray(w_coords)[:count], err_msg=k)
     np.testing.assert_allclose(scores, np.asarray(w_scores)[:count], rtol=1e-5, atol=1e-5, err_msg=k)
   rows = predictor.predict(TEXTS[:3])
   assert [set(r) for r in rows] == [{"entities", "relations"}] * 3 and any(r["entities"] for r in rows)
+  # A folder written before "labels" (its relation types apart, no task options) reads the same labels.
+  old = tmp_path / "old"
+  shutil.copytree(out, old)
+  manifest = json.loads((old / "manifest.json").read_text())
+  del manifest["labels"], manifest["task_options"]
+  (old / "manifest.json").write_text(json.dumps(dict(manifest, relation_types=list(labels), hit_buffer=None)))
+  assert serving.load_exported(str(old)).labels == labels
+  assert serving.ExportedPredictor(str(old)).predict(TEXTS[:3]) == rows
   with pytest.raises(serving.ExportError, match="task=relations.*--format=stablehlo"):
     export.export_model(setup, params, str(tmp_path / "onnx"), fmt="onnx")
 
@@ -281,8 +322,8 @@ def test_threshold_and_streaming(trained):
   default = serving.ExportedPredictor(out)
   low, high = default.predict(TEXTS), serving.ExportedPredictor(out, threshold=2.0).predict(TEXTS)
   for a, b in zip(low, high):
-    assert b == [e for e in a if e["score"] > 2.0]
-  assert sum(map(len, high)) < sum(map(len, low))
+    assert b == {"entities": [e for e in a["entities"] if e["score"] > 2.0]}
+  assert sum(map(len, _entities(high))) < sum(map(len, _entities(low)))
   p.threshold = 2.0  # the workdir predictor: threshold is an argument of its jitted step
   try:
     _assert_same_predictions(p.predict(TEXTS), high)
@@ -404,11 +445,10 @@ def test_imports_go_one_way_and_old_names_resolve():
   assert {"gp_jax.predict", "gp_jax.serving"} <= _gp_jax_imports(export)
   assert "gp_jax.serving" in _gp_jax_imports(predict) and "gp_jax.export" not in _gp_jax_imports(predict)
   assert not {"gp_jax.export", "gp_jax.predict"} & _gp_jax_imports(serving)
-  from gp_jax import serving_relations
-
-  for module in (serving, serving_relations):  # the folder's reader: nothing that imports flax
-    assert not {n for n in _gp_jax_imports(module) if n.startswith(("gp_jax.tasks", "gp_jax.models"))}, module
-  for name in ("ExportError", "ExportedModel", "host_span_hits", "load_exported"):
+  # The folder's reader reaches a task through the registry, by the manifest's name (tests/test_import_graph.py
+  # checks that nothing it imports pulls in flax, orbax or ml_collections).
+  assert {n for n in _gp_jax_imports(serving) if n.startswith(("gp_jax.tasks", "gp_jax.models"))} == {"gp_jax.tasks"}
+  for name in ("ExportError", "ExportedModel", "load_exported"):
     assert getattr(export, name) is getattr(serving, name), name
   assert predict.ExportedPredictor is serving.ExportedPredictor and predict.model_inputs is serving.model_inputs
   assert issubclass(predict.Predictor, serving.WindowPredictor) and predict.UserError is serving.UserError

@@ -49,9 +49,11 @@ def test_predictor_api(trained_workdir):
                                     max_len=p.config.data.max_len, stride=p.config.data.stride or None)
   assert prepared.num_windows >= 3
   texts = [t for t, _ in CASES]
-  _check(texts, p.predict(texts))
+  rows = p.predict(texts)
+  assert [set(r) for r in rows] == [{"entities"}] * len(texts)  # records with the entity task's one field
+  _check(texts, [r["entities"] for r in rows])
   assert p.predict([]) == []
-  assert p.predict([""]) == [[]]
+  assert p.predict([""]) == [{"entities": []}]
 
 
 def test_cli_stdin_to_json_lines(trained_workdir):
