@@ -45,7 +45,7 @@ def capture(shape: str, out: str, steps: int, model: str = "minilm") -> None:
   if model == "minilm":
     step, b = inputs.minilm_step(batch, seq, warmup=3)
   else:
-    from benchmarks.device_check import project_step  # pylint: disable=g-import-not-at-top
+    from benchmarks.device_check.variants import project_step  # pylint: disable=g-import-not-at-top
 
     hf = dict(inputs.BERT_BASE, **({"num_hidden_layers": 2} if model == "bert2" else {}))
     step, b, _, _ = project_step(hf, batch=batch, seq=seq)

@@ -9,7 +9,7 @@ The model: all-MiniLM-L6-v2 (PyPI wheel) + GlobalPointer (d = 64, the synthetic 
 rows of random length in [L/2, L]):
   predictor  the in-process `gp_jax.predict.Predictor` (jit; hits gathered on device, rows mapped on the host)
   exported   the StableHLO artifact through `gp_jax.serving.load_exported` (what `predict --exported` runs)
-  torch      the PyTorch port (`benchmarks.train_step.torch_global_pointer`: transformers BertModel + the ports'
+  torch      the PyTorch port (`benchmarks.torch_port.torch_global_pointer`: transformers BertModel + the ports'
              dense GP head), eager, `torch.no_grad()`, hits with `(logits > 0).nonzero()` (skipped without torch)
   onnx       not run while jax2onnx cannot be installed beside our pins (docs/serving.md); the line says so
 Tokenisation, windows and merging are the same host code for every side and are left out. Each result line:
@@ -23,7 +23,7 @@ import tempfile
 
 from benchmarks import common
 from benchmarks.inputs import bert_inputs, encoder_source, synthetic_batch
-from benchmarks.train_step import torch_global_pointer
+from benchmarks.torch_port import torch_global_pointer
 from experiments import synthetic
 from gp_jax import runtime, serving, train
 

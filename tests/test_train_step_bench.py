@@ -1,10 +1,11 @@
-"""benchmarks.train_step's GPU-side pieces, exercised on CPU: the bf16 matmul peak, the torch port under autocast
-with a set attention dropout, the host-input readout; the --dropout_bits block mode."""
+"""benchmarks.train_step's GPU-side pieces, exercised on CPU: the bf16 matmul peak, the torch port
+(benchmarks.torch_port) under autocast with a set attention dropout, the host-input readout; the --dropout_bits block mode."""
 
 import numpy as np
 import pytest
 
 from benchmarks import inputs
+from benchmarks import torch_port
 from benchmarks import train_step as ts
 
 HF = dict(inputs.BERT_BASE, num_hidden_layers=1, hidden_size=32, num_attention_heads=4, intermediate_size=48,
@@ -20,12 +21,13 @@ def test_torch_step_under_autocast_with_attention_dropout(monkeypatch):
   pytest.importorskip("torch")
   pytest.importorskip("transformers")
   built = []
-  original = ts.torch_global_pointer
-  monkeypatch.setattr(ts, "torch_global_pointer", lambda *a, **k: built.append(original(*a, **k)) or built[-1])
+  original = torch_port.torch_global_pointer
+  monkeypatch.setattr(torch_port, "torch_global_pointer",
+                      lambda *a, **k: built.append(original(*a, **k)) or built[-1])
   tokenizer, features = inputs.bert_inputs(HF)
   batch = inputs.synthetic_batch(batch=2, seq=16, num_types=3, features=features, num_prefix=1, num_suffix=1)
-  step, attn_impl = ts.make_torch_step(dict(HF, attn_implementation="sdpa"), None, batch=batch, num_types=3,
-                                       head_size=8, autocast=True, attention_dropout=0.25)
+  step, attn_impl = torch_port.make_torch_step(dict(HF, attn_implementation="sdpa"), None, batch=batch,
+                                               num_types=3, head_size=8, autocast=True, attention_dropout=0.25)
   assert attn_impl == "sdpa"
   assert all(np.isfinite([step() for _ in range(2)]))
   model = built[0][0]
