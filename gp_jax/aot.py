@@ -227,15 +227,16 @@ _listening = {"on": False}
 _listen_lock = threading.Lock()
 
 
-def _on_event(event: str, **_) -> None:
-  if event == CACHE_HIT_EVENT:
+def _count_cache_hit(name: str, **_) -> None:
+  """A JAX monitoring listener: counts this thread's compilation cache hits."""
+  if name == CACHE_HIT_EVENT:
     _tls.hits = getattr(_tls, "hits", 0) + 1
 
 
 def _listen() -> None:
   with _listen_lock:
     if not _listening["on"]:
-      jax.monitoring.register_event_listener(_on_event)
+      jax.monitoring.register_event_listener(_count_cache_hit)
       _listening["on"] = True
 
 

@@ -13,8 +13,10 @@ import jax
 
 from gp_jax import reporting
 from gp_jax import sharding as shd
+from gp_jax import threshold as threshold_lib
 from gp_jax.data import batching
 from gp_jax.steps import HitDecoder
+from gp_jax.tasks.base import flat_result
 
 log = logging.getLogger(__name__)
 
@@ -57,3 +59,25 @@ class Evaluator:
     merged predictions."""
     merged = self.predict(params, prepared, desc=desc, threshold=threshold)
     return self.task.score(prepared, merged), merged
+
+  def tune_threshold(self, params, splits, *, at_zero: dict) -> dict:
+    """Span heads: the dev-best threshold of `threshold.GRID` (`threshold.scan` on dev), applied to dev and test ->
+    {"threshold": {...}, "dev_tuned", "test_tuned"} for results.json. `at_zero`: the splits' results at 0. Where it
+    does not apply (taggers, a task that refuses it, no dev split): {"threshold": {"applies": False, "why"}}."""
+    tagger, refusal = self.setup.spec.tag_scheme, self.task.threshold_refusal
+    if tagger or refusal or "dev" not in splits:
+      why = "tagger heads decode tags, not scores" if tagger else refusal or "there is no dev split"
+      log.info("tune_threshold does not apply: %s", why)
+      return {"threshold": {"applies": False, "why": why}}
+    f1s = threshold_lib.scan(self, params, splits["dev"])
+    value = threshold_lib.choose(threshold_lib.GRID, f1s)
+    out = {"threshold": {"value": value, "grid": [min(threshold_lib.GRID), max(threshold_lib.GRID), 0.1],
+                         "dev_f1_by_threshold": f1s}}
+    for split in ("dev", "test"):
+      if split in splits:
+        result, _ = self.evaluate(params, splits[split], desc=f"{split}@threshold", threshold=value)
+        out[f"{split}_tuned"] = dict(flat_result(result), per_record=result["per_record"])
+        out["threshold"].update({f"{split}_f1_at_0": at_zero[split]["f1"], f"{split}_f1": result["f1"]})
+        log.info("%s F1 at threshold 0: %.4f, at the dev-tuned %.1f: %.4f", split, at_zero[split]["f1"], value,
+                 result["f1"])
+    return out

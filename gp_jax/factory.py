@@ -189,7 +189,7 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
 
 def task_name(config) -> str:
   """`config.task` (an older workdir's config.json has none: entities), checked: the task may refuse the config in
-  one line (`config_refusal`: relations refuse a tagger head)."""
+  one line (`config_refusal`)."""
   name = str(config.get("task", "entities"))
   if name not in tasks.NAMES:
     raise UserError(f"task={name!r}: expected one of {tasks.NAMES}")
@@ -319,7 +319,7 @@ class RunSpec:
   num_epochs: float
   init_from: str
   head_size: int = 64  # model.head_size: a span head's width per class
-  use_rope: bool = True  # model.use_rope: RoPE on the span head (relations: the entity pointer)
+  use_rope: bool = True  # model.use_rope: RoPE on the span head
   task: str = "entities"  # config.task, one of `gp_jax.tasks.NAMES`
   task_options: tuple = ()  # the task's own settings as sorted (key, value) pairs (`task_options`)
 

@@ -157,19 +157,6 @@ def check_finite(step: int, metrics, mngr) -> None:
                  f"{at('grad_norm')}; stopping. Last good checkpoint: step {mngr.latest_step()} in {mngr.directory}")
 
 
-def evaluate_dev(run: RunContext, ts: state_lib.Training, evaluator: Evaluator, writer, dev, params, step: int,
-                 best_f1: float) -> float:
-  """Dev P/R/F1 at `step`; saves the parameters to best/ when F1 beats `best_f1`. Returns the dev F1."""
-  t0 = time.perf_counter()
-  result, _ = evaluator.evaluate(params, dev, desc=f"dev@{step}")
-  log.info("dev@%d evaluation: %.2f s", step, time.perf_counter() - t0)
-  writer.write(step, "dev", flat_result(result))
-  log.info("step %d dev P %.4f R %.4f F1 %.4f", step, result["precision"], result["recall"], result["f1"])
-  if result["f1"] > best_f1:
-    ckpt_lib.save_params(ts.best_mngr, step, params=params, config_json=run.config_json, dev_f1=result["f1"])
-  return result["f1"]
-
-
 @dataclasses.dataclass
 class Calls:
   """The train step's programs: one step per call, and k steps per call (`steps.make_train_steps`)."""
@@ -308,14 +295,19 @@ class Loop:
     return False
 
   def evaluate(self, done: int) -> bool:
-    """Dev evaluation at `done` (best/ kept); True when early stopping ends the run here."""
+    """Dev P/R/F1 at `done`, the parameters saved to best/ when F1 beats the best so far; True when early stopping
+    ends the run here."""
     if "dev" not in self.splits:
       return False
-    t_eval = time.time()
-    f1 = evaluate_dev(self.run, self.ts, self.evaluator, self.writer, self.splits["dev"],
-                      state_lib.eval_params(self.state), done, self.best_f1)
-    self.steps.last_dev = f1
-    if f1 > self.best_f1:
+    t_eval, t0 = time.time(), time.perf_counter()
+    params = state_lib.eval_params(self.state)
+    result, _ = self.evaluator.evaluate(params, self.splits["dev"], desc=f"dev@{done}")
+    log.info("dev@%d evaluation: %.2f s", done, time.perf_counter() - t0)
+    self.writer.write(done, "dev", flat_result(result))
+    log.info("step %d dev P %.4f R %.4f F1 %.4f", done, result["precision"], result["recall"], result["f1"])
+    self.steps.last_dev = f1 = result["f1"]
+    if f1 > self.best_f1:  # best/ keeps the parameters of the best dev F1
+      ckpt_lib.save_params(self.ts.best_mngr, done, params=params, config_json=self.run.config_json, dev_f1=f1)
       self.best_f1, self.patience.best_step = f1, done
     self.steps.pause(time.time() - t_eval)
     self.pace.interrupted()
@@ -398,49 +390,27 @@ def final_evaluation(run: RunContext, ts: state_lib.Training, splits, evaluator:
       for line in evaluator.task.result_lines(result):
         log.info("final %s %s", split, line)
   if run.spec.tune_threshold:
-    out.update(tune_threshold(run, ts, splits, evaluator, params, best_step, out))
+    out.update(tune_threshold(run, splits, evaluator, params, best_step, out))
   return out
 
 
-def tune_threshold(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, params, best_step: int,
-                   at_zero: dict) -> dict:
-  """Span heads: the dev-best threshold of `threshold.GRID` on the best parameters, applied to test; saved to
-  workdir/threshold.json. Returns {"threshold": {...}, "dev_tuned", "test_tuned"} for results.json."""
-  refusal = evaluator.task.threshold_refusal
-  if run.spec.tag_scheme or refusal or "dev" not in splits:
-    why = ("tagger heads decode tags, not scores" if run.spec.tag_scheme else refusal or "there is no dev split")
-    log.info("tune_threshold does not apply: %s", why)
-    return {"threshold": {"applies": False, "why": why}}
-  f1s = threshold_lib.scan(evaluator, params, splits["dev"])
-  value = threshold_lib.choose(threshold_lib.GRID, f1s)
-  out = {"threshold": {"value": value, "grid": [min(threshold_lib.GRID), max(threshold_lib.GRID), 0.1],
-                       "dev_f1_by_threshold": f1s}}
-  for split in ("dev", "test"):
-    if split in splits:
-      result, _ = evaluator.evaluate(params, splits[split], desc=f"{split}@threshold", threshold=value)
-      out[f"{split}_tuned"] = dict(flat_result(result), per_record=result["per_record"])
-      out["threshold"].update({f"{split}_f1_at_0": at_zero[split]["f1"], f"{split}_f1": result["f1"]})
-      log.info("%s F1 at threshold 0: %.4f, at the dev-tuned %.1f: %.4f", split, at_zero[split]["f1"], value,
-               result["f1"])
-  if run.is_main:
-    threshold_lib.save(run.workdir, threshold=value, best_step=best_step, dev_f1=out["threshold"]["dev_f1"],
-                       dev_f1_at_0=at_zero["dev"]["f1"])
+def tune_threshold(run: RunContext, splits, evaluator: Evaluator, params, best_step: int, at_zero: dict) -> dict:
+  """`Evaluator.tune_threshold` on the best parameters, saved to workdir/threshold.json where it applies."""
+  out = evaluator.tune_threshold(params, splits, at_zero=at_zero)
+  if run.is_main and "value" in out["threshold"]:
+    threshold_lib.save(run.workdir, threshold=out["threshold"]["value"], best_step=best_step,
+                       dev_f1=out["threshold"]["dev_f1"], dev_f1_at_0=at_zero["dev"]["f1"])
   return out
 
 
 def dev_history(run: RunContext, steps_per_epoch: int) -> list[dict]:
   """Dev F1 by evaluation step, over every attempt of this run (metrics.jsonl; the last value of a step wins)."""
-  if run.mirror is None:
-    return []
-  path = os.path.join(run.mirror.local, "metrics.jsonl")
-  by_step = {}
-  if not os.path.exists(path):
+  path = os.path.join(run.mirror.local, "metrics.jsonl") if run.mirror is not None else None
+  if path is None or not os.path.exists(path):
     return []
   with open(path) as f:
-    for line in f:
-      m = json.loads(line)
-      if m.get("split") == "dev":
-        by_step[m["step"]] = {"step": m["step"], "epoch": m["step"] / steps_per_epoch, "f1": m["f1"]}
+    by_step = {m["step"]: {"step": m["step"], "epoch": m["step"] / steps_per_epoch, "f1": m["f1"]}
+               for m in map(json.loads, f) if m.get("split") == "dev"}
   return [by_step[k] for k in sorted(by_step)]
 
 

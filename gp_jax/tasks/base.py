@@ -2,12 +2,20 @@
 
 NumPy only: the host halves (`gp_jax.tasks.<name>.host`), serving and the ops import it without flax.
 
-A task provides (the shared path calls nothing else):
-  model side (`gp_jax.tasks.<name>`): `from_spec(spec)`, `options(config, conventions)`, `config_refusal(config)`,
-  `labels(train=, dev=, test=)`, `save_labels(workdir, labels)`, `load_labels(workdir)`, `prepare(...)`,
-  `batch_targets`, `target_shapes(labels, *, num_types, batch, length)`, `build_model(encoder, spec, labels, ...)`,
-  `initial_hits(batch) -> tuple`, `hit_counts(out) -> tuple`, `window_hits`, `concat_hits`, `assemble`, `score`,
-  `final_fields`, `result_lines`, `run_fields`, `resolved_choices`, `threshold_refusal`;
+A task provides (the shared path calls nothing else; `tasks.get(name)` returns its class, `tasks.of(spec)` an object):
+  class side: `options(config, conventions) -> dict` (kept as `RunSpec.task_options`, sorted (key, value) pairs;
+    `conventions` from `data.sources.conventions`), `config_refusal(config) -> str | None`, `from_spec(spec)`;
+  label space: `labels(train=, dev=, test=)`, `split_labels(prepared)`, `save_labels(workdir, labels)`,
+    `load_labels(workdir)` (an opaque tuple the task alone reads; `Setup.labels`);
+  data: `prepare(records, tokenizer, types, labels, **window_options)` (its window table in `PreparedSplit.table`,
+    with a `stats` dict), `batch_targets(p, rows, w, span_ids_BHK, L) -> (targets, dropped)` (training batches
+    only), `target_shapes(labels, *, num_types, batch, length)`;
+  model: `build_model(encoder, spec, labels, *, num_types, feature_names, dtype, rngs)`;
+  decoding: `initial_hits(batch) -> tuple`, `decode(model, batch, *, sizes, **options)` (inside the eval step),
+    `hit_counts(out) -> tuple` (buffers grow by `grown_sizes`), `window_hits(out, *, types)`, `concat_hits`;
+  results: `assemble(prepared, hits) -> [record]`, `score(prepared, predictions)` ("f1" selects), `final_fields`,
+    `result_lines`, `run_fields()`, `resolved_choices()`, `threshold_refusal`;
+  export: `export_forward(graphdef, params, rest, *, names, sizes)`, `export_refusal(fmt)`;
   host side (`gp_jax.tasks.<name>.host`): what export and serving call.
 """
 

@@ -101,8 +101,7 @@ def test_export_then_predict_from_the_folder_gives_the_workdir_rows(relations_ru
   import jax
   import numpy as np
 
-  from gp_jax import export, predict, serving
-  from gp_jax.tasks.relations import load_relation_types
+  from gp_jax import export, predict, serving, tasks
   from tests.e2e.test_export import _predict_cmd, _run
 
   workdir, _ = relations_run
@@ -111,8 +110,9 @@ def test_export_then_predict_from_the_folder_gives_the_workdir_rows(relations_ru
   records = records[:ht.TINY["data.max_eval_records"]]
   out = tmp_path / "exported"
   manifest = export.export_workdir(workdir, str(out), hit_buffer=2)
-  assert manifest["task"] == "relations" and manifest["relation_types"] == list(load_relation_types(workdir))
-  assert manifest["hit_buffers"] == [2, 2, 2] and manifest["outputs"] == list(serving.RELATION_OUTPUTS)
+  labels = tasks.get("relations")().load_labels(workdir)
+  assert manifest["task"] == "relations" and manifest["labels"] == list(labels) and len(labels) == 2
+  assert manifest["hit_buffers"] == [2, 2, 2] and manifest["outputs"] == list(tasks.host("relations").OUTPUTS)
   exported = jax.export.deserialize(bytearray((out / "model.jax_export").read_bytes()))
   # (count, coords [S, 4], scores [S]) per pointer, S a buffer input's size: nothing shaped by B or L.
   assert [len(a.shape) for a in exported.out_avals] == [0, 2, 1] * 3

@@ -139,6 +139,17 @@ class EntityTask:
     """What results.json records of the task once per run: the by-length bucket labels (launch.report)."""
     return {"length_buckets": [label for label, *_ in LENGTH_BUCKETS]}
 
+  # Export (`gp_jax.export`): the program and what it refuses (`export.py`, imports flax: loaded here only).
+  def export_forward(self, graphdef, params, rest, *, names, sizes):
+    from gp_jax.tasks.entities import export  # pylint: disable=g-import-not-at-top
+
+    return export.export_forward(graphdef, params, rest, names=names, sizes=sizes)
+
+  def export_refusal(self, fmt: str) -> str | None:
+    from gp_jax.tasks.entities import export  # pylint: disable=g-import-not-at-top
+
+    return export.export_refusal(fmt)
+
   def resolved_choices(self) -> dict:
     """What resolved.json records of the task per program: nothing (entity runs' records unchanged)."""
     return {}

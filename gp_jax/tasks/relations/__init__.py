@@ -181,6 +181,17 @@ class RelationTask:
     """What results.json records of the task once per run: nothing."""
     return {}
 
+  # Export (`gp_jax.export`): the program and what it refuses (`export.py`, imports flax: loaded here only).
+  def export_forward(self, graphdef, params, rest, *, names, sizes):
+    from gp_jax.tasks.relations import export  # pylint: disable=g-import-not-at-top
+
+    return export.export_forward(graphdef, params, rest, names=names, sizes=sizes)
+
+  def export_refusal(self, fmt: str) -> str | None:
+    from gp_jax.tasks.relations import export  # pylint: disable=g-import-not-at-top
+
+    return export.export_refusal(fmt)
+
   def resolved_choices(self) -> dict:
     """The head and tail pointers' loss path (the blockwise plan covers the upper triangle only)."""
     from gp_jax.models.gplinker import GPLinkerHead
