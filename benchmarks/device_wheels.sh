@@ -7,7 +7,9 @@
 #
 #   bash benchmarks/device_wheels.sh           download, then check
 #   bash benchmarks/device_wheels.sh --check   the check alone (GP_JAX_WHEELS_DROP="a b": pretend those are missing)
+# PYTHON: the interpreter to check (and download with), default python3 from PATH; the tests pass their own.
 set -euo pipefail
+PYTHON="${PYTHON:-python3}"
 cd "$(dirname "$0")/.."
 WHEELS=("ml-collections==1.1.0" "tensorflow-datasets==4.9.10" "array-record==0.8.6" "dm-tree==0.1.10"
   "immutabledict==4.3.1" "simple-parsing==0.1.9" "docstring-parser==0.18.0" "tensorflow-metadata==1.21.0"
@@ -36,17 +38,17 @@ triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkz
 
 if [[ "${1:-}" != "--check" ]]; then
   rm -rf .whl && mkdir -p .whl
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "${WHEELS[@]}"
-  python3 -m pip wheel -q --no-deps -w .whl "${SDISTS[@]}"
+  "$PYTHON" -m pip wheel -q --no-deps -w .whl "${SDISTS[@]}"
   ls -l .whl
   echo "total: $(du -sh .whl | cut -f1) in .whl/ ($(ls .whl | wc -l) wheels)"
 fi
 
 ALLOWED="gp-jax $IMAGE ${WHEELS[*]%%==*} ${SDISTS[*]%%==*}"
 for drop in ${GP_JAX_WHEELS_DROP:-}; do ALLOWED=$(tr ' ' '\n' <<<"$ALLOWED" | grep -vix -- "$drop" | tr '\n' ' '); done
-GP_JAX_IMAGE_DISTS="$IMAGE" GP_JAX_ALLOWED_DISTS="$ALLOWED" JAX_PLATFORMS=cpu python3 - <<'EOF'
+GP_JAX_IMAGE_DISTS="$IMAGE" GP_JAX_ALLOWED_DISTS="$ALLOWED" JAX_PLATFORMS=cpu "$PYTHON" - <<'EOF'
 """Imports what the trainer imports, refusing every distribution outside GP_JAX_ALLOWED_DISTS and the image's."""
 import importlib.abc
 import importlib.machinery

@@ -268,9 +268,10 @@ def test_a_stage_past_its_limit_reports_timeout(tmp_path):
 
 
 def _wheels_check(**env):
+  """The check with this interpreter (PYTHON): not whichever python3 is first on PATH."""
   return subprocess.run(["bash", "benchmarks/device_wheels.sh", "--check"], cwd=helpers_train.REPO,
-                        env=helpers_train.subprocess_env(1, **env), capture_output=True, text=True, timeout=300,
-                        check=False)
+                        env=helpers_train.subprocess_env(1, PYTHON=sys.executable, **env), capture_output=True,
+                        text=True, timeout=300, check=False)
 
 
 @pytest.mark.e2e
