@@ -29,10 +29,10 @@ def relation_targets(p, rows: np.ndarray, w: np.ndarray, span_ids_BHK: np.ndarra
   """The relation batch's targets for the rows `rows` holding windows `w` (`data.batching._Assembler`) -> (targets,
   ids dropped beyond K = L of one relation in one window)."""
   B = span_ids_BHK.shape[0]
-  table = p.table
-  R = len(table.types)
-  n = table.ptr[w + 1] - table.ptr[w]
-  q = table.pairs_Q5[_ranges(table.ptr[w], n)].astype(np.int64)
+  t = p.table  # `table.RelationTable`
+  R = len(t.types)
+  n = t.ptr[w + 1] - t.ptr[w]
+  q = t.pairs_Q5[_ranges(t.ptr[w], n)].astype(np.int64)
   row = np.repeat(rows, n).astype(np.int64)
   out, over = {"entity_ids": span_ids_BHK}, 0
   for name, a, b in (("head_ids", 0, 2), ("tail_ids", 1, 3)):
