@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from gp_jax import checkpoint as ckpt_lib
+from gp_jax import runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {"data.synthetic_records": 240, "data.max_eval_records": 48, "data.max_len": 48, "data.buckets": "()",
@@ -102,6 +103,8 @@ def main(argv=None):
   p.add_argument("--steps_per_execution", type=int, default=1,
                  help="k train steps per call (k > 1: two buckets in runs of k, a checkpoint every 2k steps)")
   args = p.parse_args(argv)
+  runtime.configure_platforms()  # this process restores both runs' checkpoints to compare them: on the CPU,
+  runtime.quiet_start_up()  # without libtpu's start-up errors or Orbax's records
   extra = k_steps(args.steps_per_execution) if args.steps_per_execution > 1 else {}
   root = args.workdir or tempfile.mkdtemp(prefix="gp_jax_chaos_")
   cache = os.path.join(root, "jit_cache")

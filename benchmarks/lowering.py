@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks import inputs
-from gp_jax import aot, evaluate, factory, steps
+from gp_jax import aot, evaluate, factory, runtime, steps
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax.ops import blockwise, blockwise_zlpr_loss
@@ -243,6 +243,10 @@ def main(argv=None) -> int:
   p.add_argument("--targets", default=",".join(t.__name__ for t in TARGETS),
                  help="comma list of what to lower: train_step, eval_step, loss (the Pallas ZLPR loss + gradient)")
   args = p.parse_args(argv)
+  # libtpu without a TPU is not started, and nothing is said about it; not `runtime.configure()`: the tests call
+  # this main in their own process, whose settings (malloc, threefry lowering) it would change.
+  runtime.configure_platforms()
+  runtime.quiet_start_up()
   by_name = {t.__name__: t for t in TARGETS}
   unknown = [t for t in args.targets.split(",") if t not in by_name]
   if unknown:

@@ -1,8 +1,11 @@
 """gp_jax.runtime: the unrolled threefry lowering gives the Threefry-2x32 bits (NumPy reference from the
 Random123 formulas) without the CPU while loop; malloc settings are what the docs say; Ctrl-C asks the loop to stop,
-and a second one (or one outside the loop) stops the process at once."""
+and a second one (or one outside the loop) stops the process at once; a CPU run prints none of libtpu's start-up
+errors, JAX's "Unable to initialize backend" or Orbax's records unless --verbosity asks."""
 
+import importlib.util
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -11,7 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from gp_jax import runtime
+from gp_jax import jax_private, runtime
+from tests import helpers_train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -171,3 +175,100 @@ def test_a_second_ctrl_c_stops_at_once_with_one_line(tmp_path):
 def test_ctrl_c_outside_the_steps_stops_at_once_though_a_thread_pool_never_ends(tmp_path):
   rc, _, err = _stopped(CTRL_C_WHILE_WAITING, tmp_path, signal_after="waiting")
   assert rc == 130 and err.strip().splitlines()[-1].startswith("interrupted: Ctrl-C outside the training steps"), err
+
+
+def _record(name: str, level: int, msg: str, pathname: str = "/x/y.py") -> logging.LogRecord:
+  return logging.LogRecord(name, level, pathname, 1, msg, (), None)
+
+
+def test_start_up_noise_is_info_nobody_can_act_on(monkeypatch):
+  tpu = "Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so: libtpu.so: cannot open shared object"
+  orbax = "/venv/site-packages/orbax/checkpoint/_src/logging/standard_logger.py"
+  real_find_spec = runtime.importlib.util.find_spec
+  for libtpu, accelerators, noise in ((False, True, True),  # a GPU machine without libtpu
+                                      (True, False, True),  # libtpu beside jax, no TPU or GPU here
+                                      (True, True, False),  # a TPU VM whose libtpu failed: that line matters
+                                      (True, None, False)):  # this jax cannot tell: shown
+    monkeypatch.setattr(runtime.importlib.util, "find_spec",
+                        lambda name, *a, libtpu=libtpu: (object() if libtpu else None) if name == "libtpu"
+                        else real_find_spec(name, *a))
+    monkeypatch.setattr(jax_private, "accelerators_present", lambda accelerators=accelerators: accelerators)
+    assert runtime.start_up_noise(_record(runtime.BACKEND_LOGGER, logging.INFO, tpu)) is noise, (libtpu, accelerators)
+    assert not runtime.start_up_noise(_record(runtime.BACKEND_LOGGER, logging.WARNING, tpu))
+  monkeypatch.setattr(jax_private, "accelerators_present", lambda: False)
+  assert runtime.start_up_noise(_record(runtime.BACKEND_LOGGER, logging.INFO, "Unable to initialize backend 'cuda'"))
+  assert not runtime.start_up_noise(_record(runtime.BACKEND_LOGGER, logging.INFO, "another line of jax's"))
+  assert runtime.start_up_noise(_record("absl", logging.INFO, "{'step': 4, 'event_type': 'restore'}", orbax))
+  assert not runtime.start_up_noise(_record("absl", logging.WARNING, "a failed save", orbax))
+  assert not runtime.start_up_noise(_record("absl", logging.INFO, "a line of another absl user", "/x/tfds/a.py"))
+  assert not runtime.start_up_noise(_record("gp_jax.train", logging.INFO, "step 4", orbax))
+
+
+# Hides libtpu from the child (every finder answers None for it), as on a machine without the `aot` extra.
+HIDE_LIBTPU = """
+import sys
+class _Hide:
+  def __init__(self, inner): self.inner = inner
+  def find_spec(self, name, path=None, target=None):
+    if name == "libtpu" or name.startswith("libtpu."): return None
+    return self.inner.find_spec(name, path, target) if hasattr(self.inner, "find_spec") else None
+  def __getattr__(self, name): return getattr(self.inner, name)
+sys.meta_path[:] = [_Hide(f) for f in sys.meta_path]
+"""
+LIBTPU_ERRORS = ("E0000", "TPU_WORKER_HOSTNAMES", "could not determine TPU")
+BACKEND_LINE = "Unable to initialize backend"
+ORBAX_RECORD = "'event_type': 'restore'"
+
+
+def _cpu_env(tmp_path, *, libtpu: bool = True) -> dict:
+  """A child's environment as a user's shell gives it: JAX_PLATFORMS unset, libtpu visible or hidden."""
+  env = helpers_train.subprocess_env(1)
+  env.pop("JAX_PLATFORMS")
+  if not libtpu:
+    (tmp_path / "hide").mkdir(exist_ok=True)
+    (tmp_path / "hide" / "sitecustomize.py").write_text(HIDE_LIBTPU)
+    env["PYTHONPATH"] = f"{tmp_path / 'hide'}{os.pathsep}{env['PYTHONPATH']}"
+  return env
+
+
+def _run(cmd, env) -> str:
+  proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  return proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A 2-step tiny run with a best checkpoint, trained as a user's shell would start it; (workdir, its output)."""
+  workdir = tmp_path_factory.mktemp("quiet") / "run"
+  cmd = helpers_train.main_command(str(workdir), num_train_steps=2, eval_every_steps=2, checkpoint_every_steps=2)
+  return workdir, _run(cmd, _cpu_env(tmp_path_factory.mktemp("env")))
+
+
+@pytest.mark.e2e
+def test_a_cpu_run_prints_no_tpu_start_up_errors(trained, tmp_path):
+  """gp_jax.main and gp_jax.export on this CPU with the JAX_PLATFORMS a user leaves unset: none of libtpu's
+  start-up errors (where libtpu is installed: JAX alone prints them here), no backend line, no Orbax record."""
+  workdir, out = trained
+  export = _run([sys.executable, "-m", "gp_jax.export", f"--workdir={workdir}", f"--out={tmp_path / 'a'}"],
+                _cpu_env(tmp_path))
+  for text in (out, export):
+    assert not [line for line in text.splitlines() if any(s in line for s in (*LIBTPU_ERRORS, BACKEND_LINE,
+                                                                               ORBAX_RECORD))], text[-3000:]
+  assert "Done (finished)" in out and "Exported" in export
+  if importlib.util.find_spec("libtpu") is not None:  # the control: JAX without gp_jax.runtime prints them on this machine
+    bare = _run([sys.executable, "-c", "import jax; jax.devices()"], _cpu_env(tmp_path))
+    assert any(s in bare for s in LIBTPU_ERRORS), bare[-2000:]
+
+
+@pytest.mark.e2e
+def test_the_backend_line_and_orbax_records_show_with_verbosity(trained, tmp_path):
+  """Without libtpu, JAX logs `Unable to initialize backend 'tpu'` and Orbax its restore record: dropped by
+  default, shown with --verbosity."""
+  workdir, _ = trained
+  env = _cpu_env(tmp_path, libtpu=False)
+  quiet = _run([sys.executable, "-m", "gp_jax.export", f"--workdir={workdir}", f"--out={tmp_path / 'q'}"], env)
+  loud = _run([sys.executable, "-m", "gp_jax.export", f"--workdir={workdir}", f"--out={tmp_path / 'l'}",
+               "--verbosity=0"], env)
+  assert BACKEND_LINE not in quiet and ORBAX_RECORD not in quiet, quiet[-3000:]
+  assert f"{BACKEND_LINE} 'tpu'" in loud and ORBAX_RECORD in loud, loud[-3000:]
