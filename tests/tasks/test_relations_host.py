@@ -126,6 +126,15 @@ def test_assemble_marks_the_pointers_entities_and_output_record_writes_the_field
                  "relations": [{"head": 0, "tail": 1, "type": "likes", "score": 1.0}]}
 
 
+def test_casrel_roles_are_subject_then_object_as_su_and_the_ops_tests_number_them():
+  from gp_jax.data.relations import ROLES
+
+  assert host.role_ids(ROLES, ROLES) == ({0}, {1})
+  assert host.role_ids(("LOC", "PER"), ()) == (None, None)
+  with pytest.raises(ValueError, match="two of the entity types"):
+    host.role_ids(("LOC", "PER"), ("subject", "object"))
+
+
 def test_manifest_settings_read_old_and_new_folders():
   assert host.manifest_settings({"labels": ["a"], "task_options": {"roles": ["s", "o"], "match": "string"}},
                                 ["s", "o"]) == (("a",), {"roles": ["s", "o"], "match": "string"})
