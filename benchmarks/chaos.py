@@ -103,8 +103,7 @@ def main(argv=None):
   p.add_argument("--steps_per_execution", type=int, default=1,
                  help="k train steps per call (k > 1: two buckets in runs of k, a checkpoint every 2k steps)")
   args = p.parse_args(argv)
-  runtime.configure_platforms()  # this process restores both runs' checkpoints to compare them: on the CPU,
-  runtime.quiet_start_up()  # without libtpu's start-up errors or Orbax's records
+  runtime.configure_start_up()  # it restores both runs' checkpoints: on the CPU, without libtpu's or Orbax's lines
   extra = k_steps(args.steps_per_execution) if args.steps_per_execution > 1 else {}
   root = args.workdir or tempfile.mkdtemp(prefix="gp_jax_chaos_")
   cache = os.path.join(root, "jit_cache")

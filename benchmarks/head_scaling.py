@@ -73,6 +73,7 @@ DEFAULT_MODES = ("dense", "blockwise", "banded")
 DENSE_BYTES_PER_CELL = 4 * 3.2  # float32 logits + ~2 more [B, H, L, L] buffers in the backward pass
 TAGGERS = ("crf", "softmax")  # speed: heads trained on tag sequences
 TPU_TOPOLOGIES = {"v4": "v4:1x1x1", "v5e": "v5e:1x1", "v5p": "v5p:1x1x1", "v6e": "v6e:1x1"}
+TPU_ACCELERATOR_TYPES = {"v4": "v4-8", "v5e": "v5litepod-1", "v5p": "v5p-8", "v6e": "v6e-1"}  # for libtpu's start
 TPU_TILES = (1024, 512, 256, 128)
 
 
@@ -86,6 +87,8 @@ def run_child(spec: dict) -> dict:
 
   if spec["runtime"]:
     runtime.configure()
+  else:
+    runtime.configure_start_up()  # JAX's other defaults, but libtpu unstarted on a CPU and its lines unprinted
   L, H, mode = spec["L"], spec["H"], spec["mode"]
   width = spec["width"] if mode == "banded" else None
   block_size = None if mode == "dense" else spec["block_size"]
@@ -220,6 +223,7 @@ def speed_main(argv) -> None:
   p.add_argument("--rounds", type=int, default=3, help="alternating rounds over the heads")
   p.add_argument("--train_records", type=int, default=4000, help="training records to build batches from")
   args = p.parse_args(argv)
+  runtime.configure_start_up()  # libtpu unstarted on a CPU, and its lines unprinted
 
   path, _, arg = args.config.partition(":")
   config = load_experiment(path).get_config(arg or None)
@@ -300,11 +304,13 @@ def tpu_tiles_main(argv) -> None:
   p.add_argument("--json", default="", help="also write the attempts here")
   args = p.parse_args(argv)
   os.environ["JAX_PLATFORMS"] = "cpu"
-  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+  generations = args.generations.split(",")
+  for key, value in runtime.libtpu_compile_only_env(TPU_ACCELERATOR_TYPES[generations[0]]).items():
+    os.environ.setdefault(key, value)  # the user's settings win; libtpu reads them once, at its start
   from jax.experimental import topologies
 
   out = {}
-  for gen in args.generations.split(","):
+  for gen in generations:
     topo = topologies.get_topology_desc(platform="tpu", topology_name=TPU_TOPOLOGIES[gen], chip_config_name="default",
                                         chips_per_host_bounds=(1, 1, 1), num_slices=1)
     for head in args.heads.split(","):

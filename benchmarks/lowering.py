@@ -245,8 +245,7 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   # libtpu without a TPU is not started, and nothing is said about it; not `runtime.configure()`: the tests call
   # this main in their own process, whose settings (malloc, threefry lowering) it would change.
-  runtime.configure_platforms()
-  runtime.quiet_start_up()
+  runtime.configure_start_up()
   by_name = {t.__name__: t for t in TARGETS}
   unknown = [t for t in args.targets.split(",") if t not in by_name]
   if unknown:

@@ -347,6 +347,8 @@ def main(argv=None):
   args.pairs = args.pairs or (6 if args.variant else 5)
   args.steps = args.steps or (6 if args.variant else 2 if args.dropout_bits else 3)
   settings = None if args.no_runtime else runtime.configure()
+  if args.no_runtime:
+    runtime.configure_start_up()  # JAX's other defaults, but libtpu unstarted on a CPU and its lines unprinted
   if args.dropout_bits:
     args.shapes = args.shapes or "4x512,16x128"
     return dropout_bits_ab(args)

@@ -171,6 +171,14 @@ def configure_platforms() -> str | None:
   return "cpu"
 
 
+
+def libtpu_compile_only_env(accelerator_type: str) -> dict[str, str]:
+  """What libtpu reads when it starts, for compiling TPU programs where there is no TPU (`launch.compile`,
+  `benchmarks.head_scaling tpu_tiles`): another process's libtpu may hold /tmp/libtpu_lockfile, and with no metadata
+  server to ask, the host's place in a slice is given (else libtpu prints `E0000 ... TPU_WORKER_HOSTNAMES` errors)."""
+  return {"ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TPU_SKIP_MDS_QUERY": "1", "TPU_ACCELERATOR_TYPE": accelerator_type,
+          "TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0"}
+
 # Loggers whose INFO records say nothing a user can act on: "Unable to initialize backend" from jax's backend search,
 # and Orbax's records, which it logs through absl's logger (its restore and save records are Python dicts).
 BACKEND_LOGGER, ABSL_LOGGER = "jax._src.xla_bridge", "absl"
@@ -217,12 +225,18 @@ def quiet_start_up() -> bool:
   return True
 
 
+def configure_start_up() -> dict:
+  """The platforms and quiet start-up logs alone: for a process that must keep JAX's other defaults (a benchmark's
+  --no-runtime baseline, a harness the tests call in their own process)."""
+  return {"platforms": configure_platforms(), "quiet": quiet_start_up()}
+
+
 def configure() -> dict:
   """Process-level settings; idempotent. Call before JAX allocates or compiles anything."""
   global _configured
   if _configured is None:
-    _configured = {"platforms": configure_platforms(), "quiet": quiet_start_up(), "malloc": configure_malloc(),
-                   "threefry": configure_threefry(), "compile_clock": start_compile_clock()}
+    _configured = {**configure_start_up(), "malloc": configure_malloc(), "threefry": configure_threefry(),
+                   "compile_clock": start_compile_clock()}
   return _configured
 
 
