@@ -99,10 +99,8 @@ def run_exported(run, arrays, *, sizes, threshold: float, manifest: Mapping):
   the host (`host_span_hits`), taggers run again one row at a time (a row holds at most max_len <= the buffer's
   hits). -> ((count, coords, scores) trimmed to count, sizes)."""
   out = run(arrays, sizes)
-  if "count" in out:
-    count = int(out["count"])
-    if count <= sizes[0]:
-      return _hits(np.asarray(out["coords"])[:count], np.asarray(out["hit_scores"])[:count]), sizes
+  if "count" in out and int(out["count"]) <= sizes[0]:
+    return _hits(*trimmed((out["count"], out["coords"], out["hit_scores"]))), sizes
   if not manifest["tagger"]:
     return _hits(*host_span_hits(out["scores"], arrays["span_mask"], threshold=threshold,
                                  max_span_width=manifest["max_span_width"])), sizes

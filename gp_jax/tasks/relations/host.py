@@ -1,5 +1,6 @@
 """The relation task's host half: window hits -> triples -> records, the triple metric, the exported program's call
-(numpy, gp_jax.data, gp_jax.ops and gp_jax.tasks.base only: no flax, orbax, ml_collections).
+(numpy, gp_jax.data, gp_jax.ops, gp_jax.tasks.base and the task's window table only: no flax, orbax, ml_collections;
+tests/test_import_graph.py checks it).
 
 `gp_jax.tasks.relations.RelationTask` (training, evaluation, predict from a workdir) and `gp_jax.serving` (an
 exported folder, reached through `tasks.host("relations")`) both call these, so a folder and its workdir assemble
@@ -291,7 +292,7 @@ def run_exported(run, arrays, *, sizes, threshold, manifest=None):
       break
     log.info("hit buffers (entity, head, tail) %s -> %s for counts %s", sizes, grown, counts)
     sizes = grown
-  hits = tuple((count, np.asarray(out[f"{k}_coords"])[:count], np.asarray(out[f"{k}_scores"])[:count])
+  hits = tuple((count, *trimmed((count, out[f"{k}_coords"], out[f"{k}_scores"])))
                for k, count in zip(POINTERS, counts))
   return hits, sizes
 
