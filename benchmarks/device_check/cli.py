@@ -24,16 +24,17 @@ from benchmarks.device_check.shapes import TRAINER_RUNS, shapes
 from benchmarks.device_check.variants import TRAIN_VARIANTS, train_variants
 from gp_jax import runtime
 
+# The parent stays free of jax: the stage modules import it (and whatever imports it: flax, gp_jax's ops, models, aot
+# and factory, benchmarks.inputs and benchmarks.train_step) only inside their functions, so in a stage's child, after
+# the parent set that child's environment (child_env: JAX_PLATFORMS, XLA_FLAGS, XLA_PYTHON_CLIENT_PREALLOCATE) and
+# runtime.configure() ran.
+
 STAGES = ("versions", "trainer", "attention", "precision", "train_step", "span_loss", "extras")
-
-
 SHARES = {"versions": 0.5, "trainer": 7.0, "attention": 1.0, "precision": 1.6, "train_step": 5.0, "span_loss": 0.8,
           "extras": 0.5}
 # Stages that check numerics, not speed: their programs skip XLA's GPU autotuning (compiles took 20-45 s each with it
 # on an H200, and cut both stages short on 2026-11-26).
 NO_AUTOTUNE = ("attention", "precision")
-
-
 STAGE_FNS = {"versions": versions.stage_versions, "trainer": trainer.stage_trainer,
              "attention": attention.stage_attention, "precision": precision.stage_precision,
              "train_step": train_step.stage_train_step, "span_loss": span_loss.stage_span_loss,
