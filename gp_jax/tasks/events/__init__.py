@@ -1,6 +1,165 @@
 """The event task (GPLinker for events, Su 2022): every (event type, role) pair is a class of one span pointer (the
-trigger one more role), and two one-head pointers link the arguments of one event by their starts and by their ends.
+trigger one more role, "type:trigger"), and two one-head pointers link the arguments of one event by their starts
+and by their ends (model side; the host half, `host`, groups, assembles and scores).
 
-Parts so far: batch targets from a window table (`targets.event_targets`), host grouping of decoded hits into events
-(`cliques.group_events`); the head is `gp_jax.models.events.EventHead`, device decoding `gp_jax.ops.events`.
+The span classes (`Setup.types`) are the "type:role" names (`data.events.event_classes`); the task's labels are the
+event types (event_labels.json beside types.json). Batch targets as flat ids (`targets.event_targets`): the
+argument pointer's are the batch's `span_ids`. Decoding fills three hit buffers (argument, head link, tail link),
+grown each on its own; events are Su's cliques, grouped on the host per window (`host.window_hits`) and merged over
+windows (`host.assemble`). Model: `models.events.EventModel` around `EventHead` (argument pointer RoPE from
+`model.use_rope`, link pointers' from `model.pointer_rope`, `model.head` efficient or standard).
 """
+
+from __future__ import annotations
+
+import json
+
+from gp_jax import storage
+from gp_jax.data.events import event_types
+from gp_jax.errors import UserError
+from gp_jax.tasks.events import host, targets
+
+LABELS_FILE = "event_labels.json"  # a task=events workdir's event types, beside types.json
+
+
+class EventTask:
+  """Events: what the trainer, the steps, the compiler and evaluation call for `task=events`.
+
+  `pointer_rope`: RoPE on the two link pointers (Su: none).
+  """
+
+  name = "events"
+  threshold_refusal = "task=events decodes three pointers at one threshold; tuning it is not built"
+
+  def __init__(self, pointer_rope: bool = False):
+    self.pointer_rope = bool(pointer_rope)
+    self.options = {"pointer_rope": self.pointer_rope}
+
+  # Construction: the options a run spec keeps (`RunSpec.task_options`).
+  @classmethod
+  def options(cls, config, conventions) -> dict:
+    """model.pointer_rope (default False)."""
+    return {"pointer_rope": bool(config.model.get("pointer_rope", False))}
+
+  @classmethod
+  def config_refusal(cls, config) -> str | None:
+    """The GPLinker pointers are span heads trained with sparse ZLPR: a tagger head or another loss is refused."""
+    from gp_jax.models.heads import HEADS  # pylint: disable=g-import-not-at-top
+
+    if config.model.head not in HEADS:
+      return (f"task=events: model.head={config.model.head!r} is a tagger; the GPLinker pointers are span heads: "
+              f"set model.head to one of {sorted(HEADS)}")
+    if config.loss.kind != "sparse_zlpr":
+      return (f"task=events: loss.kind={config.loss.kind!r}; the event pointers train with sparse_zlpr (flat gold "
+              "ids): set loss.kind=sparse_zlpr")
+    return None
+
+  @classmethod
+  def from_spec(cls, spec) -> EventTask:
+    return cls(**dict(spec.task_options))
+
+  # Label space: the event types (event_labels.json).
+  def labels(self, *, train, dev, test) -> tuple[str, ...]:
+    """The event types, union over labelled splits; none is the user's error (the corpus holds no events)."""
+    out = tuple(event_types(train=train, dev=dev, test=test))
+    if not out:
+      raise UserError('task=events: the corpus holds no events: expected records with "events": [{"type", '
+                      '"trigger": {"start", "end"} | null, "arguments": [{"start", "end", "role"}]}] (jsonl), phee '
+                      "or synthetic_events")
+    return out
+
+  def split_labels(self, prepared) -> tuple[str, ...]:
+    return tuple(prepared.table.types)
+
+  def save_labels(self, workdir, labels) -> None:
+    storage.write_json(storage.path(workdir) / LABELS_FILE, list(labels))
+
+  def load_labels(self, workdir) -> tuple[str, ...]:
+    path = storage.path(workdir) / LABELS_FILE
+    if not path.exists():
+      raise UserError(f"{path}: missing: a task=events workdir keeps its event types there")
+    return tuple(json.loads(path.read_text()))
+
+  def prepare(self, records, tokenizer, types, labels, **options):
+    """Span form, `windows.prepare_split` and the split's event table (`PreparedSplit.table`; `host.prepare`)."""
+    return host.prepare(records, tokenizer, types, labels, **options)
+
+  @staticmethod
+  def batch_targets(p, rows, w, span_ids_BHK, L):
+    return targets.event_targets(p, rows, w, span_ids_BHK, L)
+
+  def target_shapes(self, labels, *, num_types: int, batch: int, length: int) -> dict[str, tuple]:
+    return targets.target_shapes(num_classes=num_types, batch=batch, length=length)
+
+  def build_model(self, encoder, spec, labels, *, num_types: int, feature_names, dtype, rngs):
+    """`EventModel` around `EventHead`: the argument pointer over the `num_types` "type:role" classes as
+    `spec.head` / `spec.use_rope`, the link pointers' RoPE from `pointer_rope`."""
+    from gp_jax.models.events import EventHead, EventModel  # pylint: disable=g-import-not-at-top
+    from gp_jax.models.heads import HEADS  # pylint: disable=g-import-not-at-top
+
+    if spec.head not in HEADS:
+      raise ValueError(f"task=events: model.head must be one of {sorted(HEADS)}, got {spec.head!r}")
+    module = EventHead(encoder.hidden_size, num_types, head_size=spec.head_size, efficient=spec.head == "efficient",
+                       use_rope=spec.use_rope, pointer_rope=self.pointer_rope, max_span_width=spec.max_span_width,
+                       dtype=dtype, rngs=rngs)
+    return EventModel(encoder, module, feature_names, loss_implementation=spec.loss_implementation)
+
+  # Device decoding: three hit buffers (argument, head link, tail link).
+  def initial_hits(self, batch_size: int) -> tuple[int, int, int]:
+    size = max(64, batch_size * 32)
+    return (size, size, size)
+
+  def decode(self, model, batch, *, sizes, **options):
+    """The eval step's hits: the argument, head-link and tail-link buffers."""
+    return model.decode_hits(batch, size=sizes, **options)
+
+  def hit_counts(self, out) -> tuple[int, ...]:
+    return tuple(int(h[0]) for h in out[:3])
+
+  def window_hits(self, out, *, types) -> dict:
+    """Eval step outputs -> the window's events (`host.window_hits`; `types`: the "type:role" span classes)."""
+    return host.window_hits(out[:3], out[3], types=types, options=self.options)
+
+  def concat_hits(self, hits):
+    return host.concat_hits(hits)
+
+  # Host: records, metric, results.
+  def assemble(self, prepared, hits) -> list[dict]:
+    """Per record {"events": [...]} (char offsets; `host.assemble`)."""
+    return host.assemble(prepared, hits)
+
+  def score(self, prepared, predictions) -> dict:
+    """Argument-level F1 ("f1" selects), event level, TI / TC / AI / AC, PHEE's figures where they apply."""
+    return host.score(prepared, predictions, options=self.options)
+
+  def final_fields(self, result: dict) -> dict:
+    return host.final_fields(result)
+
+  def result_lines(self, result: dict) -> list[str]:
+    return host.result_lines(result)
+
+  def run_fields(self) -> dict:
+    """What results.json records of the task once per run: nothing."""
+    return {}
+
+  # Export (`gp_jax.export`): the program and what it refuses (`export.py`, imports flax: loaded here only).
+  def export_forward(self, graphdef, params, rest, *, names, sizes):
+    from gp_jax.tasks.events import export  # pylint: disable=g-import-not-at-top
+
+    return export.export_forward(graphdef, params, rest, names=names, sizes=sizes)
+
+  def export_refusal(self, fmt: str) -> str | None:
+    from gp_jax.tasks.events import export  # pylint: disable=g-import-not-at-top
+
+    return export.export_refusal(fmt)
+
+  def resolved_choices(self) -> dict:
+    """The link pointers' loss path."""
+    from gp_jax.models.events import EventHead  # pylint: disable=g-import-not-at-top
+
+    return {"pointer_loss": EventHead.pointer_loss_path}
+
+
+TASK = EventTask
+
+__all__ = ["TASK", "EventTask", "LABELS_FILE"]
