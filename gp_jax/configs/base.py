@@ -27,10 +27,10 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   a = parsed_arg(arg, **{k: v for k, v in defaults.items() if k != "_defer_quick"})
   c = ml_collections.ConfigDict()
   c.seed = a.seed  # seeds init, dropout and data order
-  c.task = "entities"  # what is learnt: 'entities' (spans) or 'relations' (GPLinker: entities and (subject, relation, object) triples)
+  c.task = "entities"  # what is learnt: 'entities' (spans) or 'relations' (GPLinker: entities and (subject, relation, object) triples) or 'events' (GPLinker: events of a type with a trigger and role arguments)
 
   c.data = ml_collections.ConfigDict()
-  c.data.name = a.dataset  # corpus (msra|cluener2020|conll2003|germeval2014|people_daily|cmeee|cmeee_v2|webnlg_star), user files 'jsonl', 'conll', 'cblue' (CMeEE JSON array) or 'casrel' (triples), or 'synthetic' / 'synthetic_distance' / 'synthetic_relations' (generated; the last for task=relations)
+  c.data.name = a.dataset  # corpus (msra|cluener2020|conll2003|germeval2014|people_daily|cmeee|cmeee_v2|webnlg_star|phee), user files 'jsonl', 'conll', 'cblue' (CMeEE JSON array) or 'casrel' (triples), or 'synthetic' / 'synthetic_distance' / 'synthetic_relations' / 'synthetic_events' (generated; the last two for task=relations / task=events)
   c.data.train_file = ""  # jsonl/conll/cblue: training file
   c.data.dev_file = ""  # jsonl/conll/cblue: dev file ("" = carve dev_fraction out of train)
   c.data.test_file = ""  # jsonl/conll/cblue: test file ("" = no test evaluation)
@@ -69,7 +69,7 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.model.tag_scheme = "BIO"  # taggers: BIO or BIOES (one tag layer: the outermost entity wins)
   c.model.head_size = 64  # d, per-type q/k width
   c.model.use_rope = a.rope  # RoPE in the head (the paper's ablation)
-  c.model.pointer_rope = False  # task=relations: RoPE on the head/tail pointers too (the entity pointer follows use_rope)
+  c.model.pointer_rope = False  # task=relations / events: RoPE on the head/tail (link) pointers too (the entity / argument pointer follows use_rope)
   c.model.dtype = a.dtype  # compute dtype: auto (float32 on CPU, bfloat16 on GPU/TPU), float32 or bfloat16 (params stay float32)
   c.model.attention = "auto"  # self-attention kernel (gp_jax.ops.attention): auto | xla | cudnn (GPU) | splash (TPU)
   c.model.dropout_bits = "auto"  # bert dropout masks: auto (hash on CPU/GPU, threefry on TPU), hash or threefry; GP_JAX_DROPOUT_BITS overrides

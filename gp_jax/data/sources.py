@@ -7,10 +7,12 @@ import os
 import random
 import string
 
+from gp_jax.data import events as events_lib
 from gp_jax.data.cblue import read_cblue
 from gp_jax.data.corpora import corpus_types, load_split
 from gp_jax.data.readers import DataError, read_conll, read_jsonl
 from gp_jax.data.relations import OBJECT, ROLES, SUBJECT, read_casrel
+from gp_jax.data.synthetic_events import EVENT_ROLES, EVENT_VERBS, event_records
 from gp_jax.data.types import Record
 from gp_jax.errors import UserError
 
@@ -159,6 +161,8 @@ SYNTHETIC_CORPORA = {
     "synthetic": (synthetic_records, SYNTHETIC_TYPES),
     "synthetic_distance": (distance_records, DISTANCE_TYPES),
     "synthetic_relations": (relation_records, RELATION_ENTITY_TYPES),
+    "synthetic_events": (event_records, tuple(sorted(events_lib.event_class(t, r) for t in EVENT_VERBS
+                                                     for r in (events_lib.TRIGGER, *EVENT_ROLES)))),
 }
 
 
@@ -193,7 +197,8 @@ def read_user_file(data_cfg, path) -> list[Record]:
 
 # What a user file of each format holds, for messages.
 FORMAT_EXPECTED = {
-    "jsonl": 'one JSON object {"text", "entities"} per line',
+    "jsonl": ('one JSON object {"text", "entities"} per line (or {"text", "events": [{"type", "trigger": {"start", '
+              '"end"} | null, "arguments": [{"start", "end", "role"}]}]} for task=events)'),
     "conll": "one token and its tag per line, a blank line between sentences",
     "cblue": 'a JSON array of records [{"text", "entities"}, ...]',
     "casrel": 'a JSON array of records [{"text", "triple_list": [[subject, relation, object], ...]}, ...]',
@@ -317,6 +322,9 @@ def load_records(data_cfg, *, seed: int = 0):
     train = train[: data_cfg.max_train_records]
   if data_cfg.max_eval_records:
     dev, test = dev[: data_cfg.max_eval_records], test[: data_cfg.max_eval_records]
+  if events_lib.has_events(train):  # the span classes are the "type:role" pairs; records in span form (entities)
+    types = list(events_lib.event_classes(train=train, dev=dev, test=test))
+    train, dev, test = (events_lib.as_span_records(x, types) for x in (train, dev, test))
   if not train:  # a corpus split all held out as dev, or max_train_records < 0
     raise UserError(f"data.name={name!r}: no training records left after data.dev_split={data_cfg.dev_split!r} and "
                     f"data.max_train_records={data_cfg.max_train_records} ({origin}): expected at least one")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-NAMES = ("entities", "relations")
+NAMES = ("entities", "relations", "events")
 
 
 def _checked(name: str) -> str:
