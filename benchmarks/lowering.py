@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks import inputs
-from gp_jax import aot, evaluate, factory, runtime, steps
+from gp_jax import aot, evaluate, factory, runtime, steps, tasks
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax.ops import blockwise, blockwise_zlpr_loss
@@ -109,7 +109,7 @@ def lower_train_step(setup, problem: Problem, platform: str):
 
 
 def lower_eval_step(setup, problem: Problem, platform: str):
-  step = steps.make_eval_step(setup, size=max(64, 32 * problem.batch["span_mask"].shape[0]))
+  step = steps.make_eval_step(setup, size=tasks.of(setup.spec).initial_hits(problem.batch["span_mask"].shape[0]))
   threshold = jax.ShapeDtypeStruct((), jnp.float32)
   return jax.export.export(step, platforms=[platform])(state_lib.abstract_params(setup), abstract_batch(problem),
                                                        threshold)

@@ -20,7 +20,7 @@ import jax
 from etils import epath
 from huggingface_hub import hf_hub_download
 
-from gp_jax import aot
+from gp_jax import aot, tasks
 from gp_jax import sharding as shd
 from gp_jax import steps as steps_lib
 from gp_jax.data import batching, corpora, sources
@@ -413,7 +413,7 @@ def lower_step(step: str, setup, platform: str, *, batch: int, length: int):
     fn = steps_lib.make_train_step(setup, tx, loss_kind=setup.spec.loss_kind)
     program = aot.train_program(fn, setup, tx, batch=batch, length=length)
   else:
-    hits = max(64, 32 * batch)
+    hits = tasks.of(setup.spec).initial_hits(batch)
     program = aot.eval_program(steps_lib.make_eval_step(setup, size=hits), setup, batch=batch, length=length, hits=hits)
   aot.resolve(program, setup, platform)
   program.lowered = program.fn.lower(*program.args)
