@@ -43,21 +43,30 @@ def _target_key(node: ast.expr, root: str) -> str | None:
 
 
 def source_comments(source: str | None = None) -> dict[str, str]:
-  """{field key: its comment} from base.get_config's top-level assignments `c.a.b = ...  # comment` (the first
-  assignment of a key; later ones, e.g. bert's settings, keep the first comment)."""
+  """{field key: its comment} from base.get_config's top-level assignments `c.a.b = ...  # comment` and those of the
+  `add_*(c, ...)` group functions it calls, in call order (the first assignment of a key; later ones, e.g. bert's
+  settings, keep the first comment)."""
   source = source if source is not None else open(base.__file__, encoding="utf-8").read()
   comments = {tok.start[0]: tok.string.lstrip("#").strip()
               for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
-  tree = ast.parse(source)
-  fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_config")
+  functions = {n.name: n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
+  fn = functions["get_config"]
   root = next(n.targets[0].id for n in fn.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
               and isinstance(n.value, ast.Call) and ast.unparse(n.value.func).endswith("ConfigDict"))
   out = {}
-  for node in fn.body:
-    if isinstance(node, ast.Assign) and len(node.targets) == 1:
-      key = _target_key(node.targets[0], root)
-      if key is not None and key not in out:
-        out[key] = comments.get(node.end_lineno, "")
+
+  def visit(body, root):
+    for node in body:
+      if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        key = _target_key(node.targets[0], root)
+        if key is not None and key not in out:
+          out[key] = comments.get(node.end_lineno, "")
+      elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+            and node.value.func.id in functions and node.value.args):
+        callee = functions[node.value.func.id]
+        visit(callee.body, callee.args.args[0].arg)
+
+  visit(fn.body, root)
   return out
 
 

