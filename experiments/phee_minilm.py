@@ -1,0 +1,39 @@
+"""PHEE pharmacovigilance event extraction (GPLinker for events, task=events) with the pretrained all-MiniLM-L6-v2
+encoder.
+
+Needs ../shared/data/phee (or --config.data.manual_dir; TFDS builder phee: train / dev / test). The span classes
+are the (event type, role) pairs, "Adverse_event:Treatment.Drug" ...; the argument-level F1 (Su's) selects
+checkpoints; the final results also hold the PHEE paper's EM / token F1 for Trigger, MainArgs and SubArgs
+(results.json "phee", `tasks.events.phee_score`). Attributes (Speculated / Negated / Severity) are left out by the
+reader (docs/studies/phee.md).
+Settings, chosen on dev on this 2-core CPU (docs/studies/phee.md): see the study page for the one-epoch timing and
+the trials.
+`quick` is a one-minute smoke run.
+"""
+
+from gp_jax.configs import base
+
+
+def get_config(arg=None, dataset="phee"):
+  a = base.parsed_arg(arg, dataset=dataset, encoder="bert", head="efficient")
+  c = base.get_config(arg, dataset=dataset, encoder="bert", head="efficient", _defer_quick=True)
+  c.task = "events"
+  c.data.max_len = 128  # PHEE sentences: median ~30 word pieces, the longest ~130
+  c.data.buckets = (32, 64, 128)
+  c.model.pretrained = "minilm"
+  c.model.dropout = 0.1
+  c.model.pointer_rope = False  # as Su: no RoPE on the two link pointers
+  c.batch_size = 16
+  c.num_epochs = a.epochs or 10.0
+  c.early_stop_patience = 3
+  c.optimizer.lr = 1e-4  # encoder (webnlg_minilm's choice)
+  c.optimizer.ema_decay = 0.0
+  c.checkpoint_every_steps = 1000
+  c.log_every_steps = 50
+  return base.shrink_if_quick(c, a)
+
+
+def get_sweep(arg=None):
+  """The events study: RoPE on the argument pointer on / off x 3 seeds (6 full runs; cost in docs/studies/phee.md).
+  Seed-major: every cell gets a first result before any second seed runs."""
+  return [{"config.model.use_rope": r, "config.seed": s} for s in (0, 1, 2) for r in (True, False)]
