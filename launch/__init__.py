@@ -1,10 +1,11 @@
 """Launching sweeps: sweep.py (points and run folders), local.py (this machine), worker.py (lease-based workers),
-tpu.py (TPU slices; tpu_commands.py), slurm.py (SLURM job arrays; slurm_task.py: what runs in a task), compile.py (every point compiled for its slice first; compiler.py, points.py,
-failures.py, accelerators.py), report/ (tables and figures).
+tpu.py (TPU slices; tpu_commands.py), slurm.py (SLURM job arrays; slurm_script.py: the sbatch script it submits and
+the report job after the array; slurm_task.py: what runs in a task), compile.py (every point compiled for its slice
+first; compiler.py, points.py, failures.py, accelerators.py), report/ (tables and figures).
 
 Installed by `pip install` as the package `gp_jax_launch` (pyproject.toml maps this folder to it), with the console
-scripts gp-jax-local, gp-jax-worker, gp-jax-report, gp-jax-compile, gp-jax-tpu and gp-jax-slurm; from the repository root it is
-also `launch` (`python -m launch.local ...`). Modules import each other relatively and name their own package
+scripts gp-jax-local, gp-jax-worker, gp-jax-report, gp-jax-compile, gp-jax-tpu and gp-jax-slurm; from the repository
+root it is also `launch` (`python -m launch.local ...`). Modules import each other relatively and name their own package
 (`__name__` here) where they start one another, so either name works throughout.
 """
 
