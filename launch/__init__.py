@@ -5,8 +5,8 @@ first; compiler.py, points.py, failures.py, accelerators.py), report/ (tables an
 
 Installed by `pip install` as the package `gp_jax_launch` (pyproject.toml maps this folder to it), with the console
 scripts gp-jax-local, gp-jax-worker, gp-jax-report, gp-jax-compile, gp-jax-tpu and gp-jax-slurm; from the repository
-root it is also `launch` (`python -m launch.local ...`). Modules import each other relatively and name their own package
-(`__name__` here) where they start one another, so either name works throughout.
+root it is also `launch` (`python -m launch.local ...`). Modules import each other relatively and name their own
+package (`__name__` here) where they start one another, so either name works throughout.
 """
 
 from __future__ import annotations
