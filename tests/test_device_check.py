@@ -3,6 +3,7 @@ the results say what was measured, a stage cut off by its limit keeps its status
 process aborts loses only its row; the trainer stage's log parsers; benchmarks/device_wheels.sh's import check."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -43,8 +44,12 @@ done in 84.5 s
 
 
 def _run(out, *args, timeout=600):
+  """The device check, --tiny, writing into `out`. Its stages compile into the test run's compilation cache
+  (tests/conftest.py), so a program one test's stage compiled is loaded by the next that builds it; the trainer's
+  runs keep their own cache in the scratch folder (their cold and warm runs are what they measure)."""
+  cache = os.environ.get("JAX_COMPILATION_CACHE_DIR") or f"{out}/cache"
   return subprocess.run([sys.executable, "-m", "benchmarks.device_check", f"--out={out}", "--tiny",
-                         f"--cache_dir={out}/cache", f"--scratch_dir={out}/scratch", *args], cwd=helpers_train.REPO,
+                         f"--cache_dir={cache}", f"--scratch_dir={out}/scratch", *args], cwd=helpers_train.REPO,
                         env=helpers_train.subprocess_env(1), capture_output=True, text=True, timeout=timeout,
                         check=False)
 
@@ -90,28 +95,56 @@ def test_anchor_log_parser():
   assert device_check.parse_anchor_log("")["first_step_s"] is None
 
 
-@pytest.mark.e2e
-def test_tiny_trainer_stage(tmp_path):
-  proc = _run(tmp_path, "--budget_s=300", "--stages=trainer")
+def _trainer_stage(tmp_path, runs: str) -> dict:
+  """The trainer stage's record with only `runs` (comma list of its runs); its status checked."""
+  proc = _run(tmp_path, "--budget_s=300", "--stages=trainer", f"--trainer_runs={runs}")
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   stage = json.loads((tmp_path / "device_check.json").read_text())["stages"]["trainer"]
   assert stage["status"] == "ok", stage.get("error")
-  runs = stage["runs"]
-  assert list(runs) == ["cold", "anchor", "warm", "fused_vs_reference", "warm_k1"]
+  assert list(stage["runs"]) == runs.split(","), list(stage["runs"])  # in the order asked
+  return stage
+
+
+def _assert_trainer_run(r: dict, *, steps: int = 48) -> None:
+  """A tiny trainer run that finished, read from its log: every program compiled before the first step."""
+  assert r["status"] == "ok" and r["rc"] == 0 and r["backend"] == "cpu", r.get("log_tail")
+  assert r["first_step_s"] > 0 and r["wall_s"] > 0 and r["dev_f1"] > 0.2  # the fake tokenizer has its vocabulary
+  assert len(r["evals"]) == 2
+  assert r["programs"] and r["compile_wall_s"] is not None and r["compile_programs"] == len(r["programs"])
+  assert r["pace"] and len(r["checkpoints"]) == 2 and r["steps"] == steps
+  # Every program is compiled before the first step: the first evaluation compiles nothing.
+  assert not r["compiled_on_use"], r["compiled_on_use"]
+  assert r["eval_first_s"] <= 1.5 * r["eval_second_s"] + 0.5, r["evals"]
+
+
+def test_tiny_trainer_runs_by_default():
+  """What `--stages=trainer --tiny` runs when no --trainer_runs is given (the tests below ask for them in parts)."""
+  assert device_check.shapes(True)["trainer"]["runs"] == ("cold", "anchor", "warm", "fused_vs_reference",
+                                                                "warm_k1")
+
+
+@pytest.mark.e2e
+def test_tiny_trainer_stage_cold_then_warm(tmp_path):
+  runs = _trainer_stage(tmp_path, "cold,anchor,warm")["runs"]
   assert runs["anchor"]["status"] == "skipped" and "--anchor" in runs["anchor"]["why"]
   for name in ("cold", "warm"):
-    r = runs[name]
-    assert r["status"] == "ok" and r["rc"] == 0 and r["backend"] == "cpu", r.get("log_tail")
-    assert r["first_step_s"] > 0 and r["wall_s"] > 0 and r["dev_f1"] > 0.2  # the fake tokenizer has its vocabulary
-    assert len(r["evals"]) == 2
-    assert r["programs"] and r["compile_wall_s"] is not None and r["compile_programs"] == len(r["programs"])
-    assert r["pace"] and len(r["checkpoints"]) == 2 and r["steps"] == 48
-    # Every program is compiled before the first step: the first evaluation compiles nothing.
-    assert not r["compiled_on_use"], r["compiled_on_use"]
-    assert r["eval_first_s"] <= 1.5 * r["eval_second_s"] + 0.5, r["evals"]
+    _assert_trainer_run(runs[name])
   assert runs["cold"]["cache_misses"] == len(runs["cold"]["programs"])
   assert runs["warm"]["cache_hits"] == len(runs["warm"]["programs"])  # one cache: the warm run compiles nothing
-  k = runs["fused_vs_reference"]
+  md = (tmp_path / "device_check.md").read_text()
+  assert "## Trainer" in md and "| cold | ok |" in md and "skipped: no --anchor" in md
+
+
+@pytest.mark.e2e
+def test_tiny_trainer_stage_one_step_per_call(tmp_path):
+  r = _trainer_stage(tmp_path, "warm_k1")["runs"]["warm_k1"]
+  _assert_trainer_run(r)
+  assert r["calls"] == r["steps"] == 48  # steps_per_execution=1: a call per step
+
+
+@pytest.mark.e2e
+def test_tiny_trainer_stage_fused_vs_reference(tmp_path):
+  k = _trainer_stage(tmp_path, "fused_vs_reference")["runs"]["fused_vs_reference"]
   assert k["status"] == "ok", k
   fused, ref = k["sides"]["fused"], k["sides"]["reference"]
   assert (fused["choices"]["bert_kernels"], fused["choices"]["optimizer_update"]) == ("fused", "fused")  # forced
@@ -124,7 +157,6 @@ def test_tiny_trainer_stage(tmp_path):
   assert params["max_abs"] < 1e-6 and params["rel_to_update"] < 1e-3  # an update is lr = 1e-4 an element
   assert not list((tmp_path / "scratch").glob("kernels_*.npz")), "the parameter files were left"
   md = (tmp_path / "device_check.md").read_text()
-  assert "## Trainer" in md and "| cold | ok |" in md and "skipped: no --anchor" in md
   assert "## Fused vs reference step" in md and "| fused | ok | fused / fused | xla, threefry | float32 |" in md
   assert "**pass: largest loss difference" in md
 
@@ -190,32 +222,57 @@ def test_kernels_verdict():
                                                       steps=4)["verdict"]
 
 
-@pytest.mark.e2e
-def test_tiny_run_covers_every_stage(tmp_path):
-  assert device_check.STAGES == ("versions", "trainer", "attention", "precision", "train_step", "span_loss", "extras")
-  others = [s for s in device_check.STAGES if s not in ("trainer", "train_step")]  # each has its own test
-  proc = _run(tmp_path, "--budget_s=400", f"--stages={','.join(others)}")
-  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-  result = json.loads((tmp_path / "device_check.json").read_text())
-  stages = result["stages"]
-  assert list(stages) == others
-  assert {s["status"] for s in stages.values()} == {"ok"}, {k: s.get("error") for k, s in stages.items()}
-  assert stages["versions"]["versions"]["backend"] == "cpu"
-  assert all(p["jax"] > 0 for p in stages["versions"]["peaks_gflops"].values())
-  for row in stages["attention"]["compare"].values():
+def _check_versions(stage, md):
+  assert stage["versions"]["backend"] == "cpu"
+  assert all(p["jax"] > 0 for p in stage["peaks_gflops"].values())
+  assert "## Versions" in md
+
+
+def _check_attention(stage, md):
+  for row in stage["compare"].values():
     assert row["xla_bf16"]["finite"] and row["xla_bf16"]["out_rel_err"] < 2e-2
     assert row["cudnn_bf16"]["status"] == "skipped" and "CUDA GPU" in row["cudnn_bf16"]["why"]
-  assert stages["attention"]["dropout"]["status"] == "skipped"
-  precision = stages["precision"]
-  assert precision["variants"]["bf16 cudnn seed 0"]["status"] == "skipped"
-  assert len(precision["variants"]["f32 xla seed 0"]["loss"]) == 3
-  assert precision["summary"]["bf16 xla seed 0"]["max_abs_loss_diff"] < 0.1  # bf16 tracks f32 on one fixed batch
-  runs = stages["span_loss"]["runs"]
+  assert stage["dropout"]["status"] == "skipped"
+  assert "## Attention" in md
+
+
+def _check_precision(stage, md):
+  assert stage["variants"]["bf16 cudnn seed 0"]["status"] == "skipped"
+  assert len(stage["variants"]["f32 xla seed 0"]["loss"]) == 3
+  assert stage["summary"]["bf16 xla seed 0"]["max_abs_loss_diff"] < 0.1  # bf16 tracks f32 on one fixed batch
+  assert "## Precision" in md
+
+
+def _check_span_loss(stage, md):
+  runs = stage["runs"]
   for L in (32, 64):  # dense and blockwise compute one loss
     assert runs[f"L{L} dense"]["loss"] == pytest.approx(runs[f"L{L} blockwise"]["loss"], rel=1e-4)
-  assert {"threefry_ms", "hash_ms"} <= set(stages["extras"]["dropout_bits"])
-  md = (tmp_path / "device_check.md").read_text()
-  assert "## Attention" in md and "## Span loss" in md
+  assert "## Span loss" in md
+
+
+def _check_extras(stage, md):
+  assert {"threefry_ms", "hash_ms"} <= set(stage["dropout_bits"])
+
+
+STAGE_CHECKS = {"versions": _check_versions, "attention": _check_attention, "precision": _check_precision,
+                "span_loss": _check_span_loss, "extras": _check_extras}
+
+
+def test_every_stage_has_a_tiny_test():
+  assert device_check.STAGES == ("versions", "trainer", "attention", "precision", "train_step", "span_loss", "extras")
+  assert set(STAGE_CHECKS) == set(device_check.STAGES) - {"trainer", "train_step"}  # those two: tests of their own
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", list(STAGE_CHECKS))
+def test_tiny_stage(tmp_path, name):
+  """Each of the other stages alone (a process each, as in a full run), so that they run side by side."""
+  proc = _run(tmp_path, "--budget_s=200", f"--stages={name}")
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  stages = json.loads((tmp_path / "device_check.json").read_text())["stages"]
+  assert list(stages) == [name]
+  assert stages[name]["status"] == "ok", stages[name].get("error")
+  STAGE_CHECKS[name](stages[name], (tmp_path / "device_check.md").read_text())
 
 
 @pytest.mark.e2e
