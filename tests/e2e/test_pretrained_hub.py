@@ -21,28 +21,37 @@ ROBERTA = {"model.encoder": "bert", "model.dropout": 0.0, "num_train_steps": 4, 
            "data.max_eval_records": 16, "optimizer.warmup_steps": 1}
 
 
-def test_hub_ids_train_offline_and_predict_without_the_cache(tmp_path):
-  """org/name (BERT, safetensors) and org/name@<commit> (1-layer RoBERTa, flax_model.msgpack) from an HF cache
-  with HF_HUB_OFFLINE=1; each workdir records the resolved encoder and is self-contained: predict runs with the
-  cache deleted."""
-  hf_home = tmp_path / "hf"
-  bert_commit, bert_snapshot = hub_cache(hf_home, "org/tiny-bert")
-  roberta_commit, _ = hub_cache(hf_home, "org/tiny-roberta", model_type="roberta", weights_format="flax", num_layers=1)
-  env = ht.subprocess_env(devices=1, HF_HOME=hf_home, HF_HUB_OFFLINE=1)
-  runs = {"bert": ("org/tiny-bert", bert_commit, BERT),
-          "roberta": (f"org/tiny-roberta@{roberta_commit}", roberta_commit, ROBERTA)}
-  procs = {kind: subprocess.Popen(ht.main_command(str(tmp_path / kind), **overrides, **{"model.pretrained": name}),
-                                  cwd=ht.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-           for kind, (name, _, overrides) in runs.items()}
-  outs = {kind: p.communicate(timeout=TIMEOUT)[0] for kind, p in procs.items()}
-  for kind, (name, commit, _) in runs.items():
-    assert procs[kind].returncode == 0, outs[kind][-4000:]
-    repo_id, _, revision = name.partition("@")
-    assert json.loads((tmp_path / kind / "pretrained.json").read_text()) == {
-        "repo_id": repo_id, "revision": revision or "main", "commit": commit}
-    assert "lowercase off (its own setting)" in outs[kind]
+def _train_offline(tmp_path, kind: str, name: str, overrides: dict) -> str:
+  """`gp_jax.main` with model.pretrained=`name` from the HF cache in tmp_path/hf, HF_HUB_OFFLINE=1, in tmp_path/kind;
+  checks that it exited 0 and kept the encoder's own lowercase setting; returns its output."""
+  env = ht.subprocess_env(devices=1, HF_HOME=tmp_path / "hf", HF_HUB_OFFLINE=1)
+  proc = subprocess.run(ht.main_command(str(tmp_path / kind), **overrides, **{"model.pretrained": name}), cwd=ht.REPO,
+                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT)
+  assert proc.returncode == 0, proc.stdout[-4000:]
+  assert "lowercase off (its own setting)" in proc.stdout
+  return proc.stdout
+
+
+def test_hub_id_at_a_commit_trains_offline(tmp_path):
+  """org/name@<commit>: a 1-layer RoBERTa with flax_model.msgpack weights from an HF cache with HF_HUB_OFFLINE=1;
+  the workdir records the resolved encoder. Its own test: it trains beside the BERT one."""
+  commit, _ = hub_cache(tmp_path / "hf", "org/tiny-roberta", model_type="roberta", weights_format="flax", num_layers=1)
+  _train_offline(tmp_path, "roberta", f"org/tiny-roberta@{commit}", ROBERTA)
+  assert json.loads((tmp_path / "roberta" / "pretrained.json").read_text()) == {
+      "repo_id": "org/tiny-roberta", "revision": commit, "commit": commit}
   assert json.loads((tmp_path / "roberta" / "encoder.json").read_text())["model_type"] == "roberta"
   assert json.loads((tmp_path / "roberta" / "results.json").read_text())["status"] == "finished"
+
+
+def test_hub_ids_train_offline_and_predict_without_the_cache(tmp_path):
+  """org/name (BERT, safetensors) from an HF cache with HF_HUB_OFFLINE=1; the workdir records the resolved encoder
+  and is self-contained: predict runs with the cache deleted."""
+  hf_home = tmp_path / "hf"
+  bert_commit, bert_snapshot = hub_cache(hf_home, "org/tiny-bert")
+  env = ht.subprocess_env(devices=1, HF_HOME=hf_home, HF_HUB_OFFLINE=1)
+  _train_offline(tmp_path, "bert", "org/tiny-bert", BERT)
+  assert json.loads((tmp_path / "bert" / "pretrained.json").read_text()) == {
+      "repo_id": "org/tiny-bert", "revision": "main", "commit": bert_commit}
   results = json.loads((tmp_path / "bert" / "results.json").read_text())
   assert results["status"] == "finished" and results["dev"]["f1"] > 0.5, results.get("dev")
   assert json.loads((tmp_path / "bert" / "encoder.json").read_text()) == json.loads(
