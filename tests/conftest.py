@@ -47,10 +47,20 @@ def shared_data():
 E2E_DIR = pathlib.Path(__file__).resolve().parent / "e2e"
 
 
+# Modules run first, in this order. tests/test_slurm.py holds its one-node cluster (and a lock: one slurmd per host)
+# for the whole module and submits every scenario its collected tests need at once: a share of its tests taken by
+# another xdist worker would wait on the lock, then start a second cluster and run every scenario again. pytest-xdist's
+# worksteal gives each worker a contiguous share of this order and steals from the end of a worker's queue, so the
+# first module runs whole on the first worker.
+FIRST = ("test_slurm.py",)
+
+
 def pytest_collection_modifyitems(config, items):
   for item in items:
     if E2E_DIR in pathlib.Path(str(item.path)).parents:
       item.add_marker(pytest.mark.e2e)
+  rank = {name: i for i, name in enumerate(FIRST)}
+  items.sort(key=lambda item: rank.get(pathlib.Path(str(item.path)).name, len(FIRST)))  # stable: the rest as found
 
 
 @pytest.fixture(scope="session")
