@@ -164,21 +164,27 @@ def killed_beside_reference(ref_dir: str, run_dir: str, *, kill_step: int = 0, f
                             cwd: str = REPO, timeout: float = 180, **overrides) -> subprocess.CompletedProcess:
   """Runs an uninterrupted reference in `ref_dir` beside a run in `run_dir` that SIGKILLs itself once its
   checkpoint of `kill_step` is on disk (or as `faults`, tests/fault_main.py flags, say). Asserts the reference
-  finished and the other was killed; returns it."""
+  finished and the other was killed; returns it.
+
+  The run starts once the reference has taken its first step: its programs are then in the test run's compilation
+  cache (tests/conftest.py), and the run loads them instead of compiling the same programs beside it."""
   import signal
 
   ref = subprocess.Popen(main_command(ref_dir, **overrides), cwd=cwd, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
+  ref_log = LogWatcher(ref)
   try:
+    ref_log.wait_for("first step after", timeout=timeout)  # None if it ended first: the assert below says why
     killed = subprocess.run(main_command(run_dir, faults=faults or {"sigkill_after_checkpoint_step": kill_step},
                                          **overrides),
                             check=False, cwd=cwd, env=env, timeout=timeout, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    ref_out = ref.communicate(timeout=timeout)[0]
+    ref.wait(timeout=timeout)
   finally:
     if ref.poll() is None:
       ref.kill()
       ref.wait()
+  ref_out = ref_log.text()
   assert ref.returncode == 0, ref_out[-4000:]
   assert killed.returncode == -signal.SIGKILL, killed.stdout[-4000:]
   return killed
