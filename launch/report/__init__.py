@@ -48,8 +48,10 @@ Exit status 2 (one line on stderr) when a DIR does not exist or holds no run fol
 figures (no matplotlib); else 0.
 
 Modules: runs.py (find run folders, read config/results/history, resolve configs), stats.py (cells, mean +- std,
-pooled by-length F1, t-interval, t-test, paired bootstrap, Holm, influence; numpy and scipy.stats), tables.py
-(markdown), plots.py (figures); this file is the CLI (`python -m launch.report`).
+pooled by-length F1, the comparisons), paired.py (t-interval, t-test, paired bootstrap, Holm, influence; numpy and
+scipy.stats), tables.py (markdown), plots.py (figures), power.py (seeds for a paired t-test to reach a Holm-adjusted
+p < 0.05, `python -m launch.report.power`), headline.py (the "Does RoPE matter?" table of docs/results.md,
+`python -m launch.report.headline`); this file is the CLI (`python -m launch.report`).
 """
 
 from __future__ import annotations
