@@ -1,12 +1,12 @@
 """Event link targets against Su's label loops (duee_v1.py's data generator): head and tail cells of every pair of
-arguments of one event, deduplicated per window, -1 padded, the overflow beyond K = L counted."""
+arguments of one event, deduplicated per window, -1 padded, the overflow beyond K = LINK_SLOTS * L counted."""
 
 import types
 
 import numpy as np
 import pytest
 
-from gp_jax.tasks.events.targets import event_links, event_targets, target_shapes
+from gp_jax.tasks.events.targets import LINK_SLOTS, event_links, event_targets, target_shapes
 
 
 def su_link_labels(events):
@@ -85,12 +85,13 @@ def test_targets_against_su_loops(seed):
   rows = np.asarray([3, 0, 1], np.int64)  # row 2 holds no window
   span_ids = np.full((B, 5, L), -1, np.int32)
   out, dropped = event_targets(p, rows, w, span_ids, L)
-  want_dropped = sum(max(0, len(cells) - L) for x in w for cells in su_link_labels(windows[x]))
+  K = LINK_SLOTS * L
+  want_dropped = sum(max(0, len(cells) - K) for x in w for cells in su_link_labels(windows[x]))
   assert dropped == want_dropped
   assert out["argument_ids"] is span_ids
   assert set(out) == {"argument_ids", "head_ids", "tail_ids"}
   for name in ("head_ids", "tail_ids"):
-    assert out[name].shape == (B, 1, L) and out[name].dtype == np.int32
+    assert out[name].shape == (B, 1, K) and out[name].dtype == np.int32
   assert (out["head_ids"][2] == -1).all() and (out["tail_ids"][2] == -1).all()
   for r, win in zip(rows, w):
     heads, tails = su_link_labels(windows[win])
@@ -100,7 +101,7 @@ def test_targets_against_su_loops(seed):
       assert (ids[:n] >= 0).all() and (ids[n:] == -1).all()  # -1 padded at the end
       assert len(set(ids[:n].tolist())) == n  # one id per cell
       got = {(int(i) // L, int(i) % L) for i in ids[:n]}
-      assert got == cells if len(cells) <= L else (len(got) == L and got <= cells)
+      assert got == cells if len(cells) <= K else (len(got) == K and got <= cells)
   assert any(len(su_link_labels(windows[x])[0]) for x in w)  # the case holds links
   # The table as an argument (before PreparedSplit carries one).
   again, _ = event_targets(types.SimpleNamespace(name="dev"), rows, w, span_ids, L, table=p.table)
@@ -108,18 +109,19 @@ def test_targets_against_su_loops(seed):
 
 
 def test_overflow_beyond_k_is_counted():
-  """A window with more distinct head cells than K = L keeps L of them and counts the rest."""
+  """A window with more distinct head cells than K = LINK_SLOTS * L keeps K of them and counts the rest."""
   L = 8
-  spans = [(s, s) for s in range(1, 7)] + [(1, 2), (2, 4), (3, 5)]  # one event of 9 arguments
+  K = LINK_SLOTS * L
+  spans = [(s, t) for s in range(8) for t in range(s, min(s + 3, 8))]  # one event of 21 arguments
   windows = [[[(0, s, t) for s, t in spans]]]
   heads, tails = su_link_labels(windows[0])
-  assert len(heads) > L and len(tails) > L
+  assert len(heads) > K and len(tails) > K
   p = types.SimpleNamespace(name="train", table=table_of(windows, np.random.default_rng(0)))
   out, dropped = event_targets(p, np.asarray([0]), np.asarray([0]), np.full((1, 1, L), -1, np.int32), L)
-  assert dropped == (len(heads) - L) + (len(tails) - L)
+  assert dropped == (len(heads) - K) + (len(tails) - K)
   for name, cells in (("head_ids", heads), ("tail_ids", tails)):
     got = {(int(i) // L, int(i) % L) for i in out[name][0, 0]}
-    assert len(got) == L and got <= cells
+    assert len(got) == K and got <= cells
 
 
 def test_bad_tables_refused():
@@ -134,4 +136,5 @@ def test_bad_tables_refused():
 
 def test_target_shapes():
   assert target_shapes(num_classes=5, batch=2, length=16) == {
-      "argument_ids": (2, 5, 16), "head_ids": (2, 1, 16), "tail_ids": (2, 1, 16)}
+      "argument_ids": (2, 5, 16), "head_ids": (2, 1, 4 * 16), "tail_ids": (2, 1, 4 * 16)}
+  assert LINK_SLOTS == 4

@@ -251,5 +251,5 @@ def test_task_labels_options_and_shapes(tmp_path):
   c.loss.kind, c.model.head = "sparse_zlpr", "crf"
   assert "tagger" in task_lib.TASK.config_refusal(c)
   assert task.target_shapes(labels, num_types=7, batch=2, length=9) == {
-      "argument_ids": (2, 7, 9), "head_ids": (2, 1, 9), "tail_ids": (2, 1, 9)}
+      "argument_ids": (2, 7, 9), "head_ids": (2, 1, 4 * 9), "tail_ids": (2, 1, 4 * 9)}  # link ids: LINK_SLOTS * L
   assert "stablehlo" in task.export_refusal("onnx") and task.export_refusal("stablehlo") is None
