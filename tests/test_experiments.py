@@ -20,7 +20,7 @@ CASES = [("msra_scratch", "", "msra"), ("rope_ablation", "", "msra"), ("rope_abl
          ("germeval_minilm", "", "germeval2014"), ("nested_study", "", "germeval2014"), ("synthetic", "", "synthetic"),
          ("rope_ablation", "dataset=people_daily", "people_daily"), ("su2022", "", "cluener2020"),
          ("su2022", "dataset=cmeee", "cmeee"), ("su2022", "dataset=people_daily,head=crf", "people_daily"),
-         ("people_daily_study", "", "people_daily"), ("tricks", "", "msra"),
+         ("people_daily_study", "", "people_daily"), ("tricks", "", "msra"), ("phee_minilm", "", "phee"),
          ("tricks", "dataset=cluener2020", "cluener2020"),
          ("rope_ablation", "dataset=synthetic_distance", "synthetic_distance")]
 

@@ -184,8 +184,8 @@ def test_run_spec_resolves_the_task_and_refuses_what_relations_cannot_train():
       factory.run_spec(ht.tiny_config(task="relations", **bad))
   assert isinstance(tasks.of(spec), tasks.get("relations")) and isinstance(tasks.of(factory.run_spec(ht.tiny_config())),
                                                                        tasks.get("entities"))
-  with pytest.raises(UserError, match="task='events'"):
-    factory.run_spec(ht.tiny_config(task="events"))
+  with pytest.raises(UserError, match="task='triples'"):
+    factory.run_spec(ht.tiny_config(task="triples"))
   with pytest.raises(UserError, match="tagger"):
     factory.run_spec(ht.tiny_config(task="relations", **{"model.head": "crf"}))
   with pytest.raises(UserError, match="sparse_zlpr"):
