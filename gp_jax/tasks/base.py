@@ -21,7 +21,11 @@ A task provides (the shared path calls nothing else; `tasks.get(name)` returns i
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 RESULT_KEYS = ("precision", "recall", "f1", "tp", "pred", "gold")  # every task's result has these ("f1": selection)
 
@@ -48,4 +52,23 @@ def trimmed(hits) -> tuple[np.ndarray, np.ndarray]:
   return coords[:count], scores[:count]
 
 
-__all__ = ["RESULT_KEYS", "flat_result", "grown_sizes", "trimmed"]
+def run_grown(run, arrays, *, sizes, pointers):
+  """Every hit of an exported program's pointers: `run(arrays, sizes)` -> its outputs by name ("<pointer>_count",
+  "_coords", "_scores" per pointer, from buffers of `sizes`). A buffer too small for its count grows (`grown_sizes`,
+  as training's decoder) and the batch runs again; the counts do not depend on the buffers, so once is enough.
+  -> (hits, sizes): per pointer (count, coords, scores) trimmed to count, and the sizes for later calls."""
+  sizes = tuple(sizes)
+  while True:
+    out = run(arrays, sizes)
+    counts = tuple(int(out[f"{k}_count"]) for k in pointers)
+    grown = grown_sizes(sizes, counts)
+    if grown == sizes:
+      break
+    log.info("hit buffers (%s) %s -> %s for counts %s", ", ".join(pointers), sizes, grown, counts)
+    sizes = grown
+  hits = tuple((count, *trimmed((count, out[f"{k}_coords"], out[f"{k}_scores"])))
+               for k, count in zip(pointers, counts))
+  return hits, sizes
+
+
+__all__ = ["RESULT_KEYS", "flat_result", "grown_sizes", "trimmed", "run_grown"]

@@ -26,7 +26,7 @@ import numpy as np
 
 from gp_jax.data import merge
 from gp_jax.data.events import TRIGGER, split_class
-from gp_jax.tasks.base import RESULT_KEYS, grown_sizes, trimmed
+from gp_jax.tasks.base import RESULT_KEYS, run_grown, trimmed
 from gp_jax.tasks.events import cliques, table
 from gp_jax.tasks.events.metrics import event_prf
 from gp_jax.tasks.events.phee_score import answer_key, phee_score
@@ -242,21 +242,10 @@ def result_lines(result: dict) -> list[str]:
 
 
 def run_exported(run, arrays, *, sizes, threshold, manifest=None):
-  """Every hit of the three pointers from an exported program: `run(arrays, sizes)` -> its outputs by name
-  (`OUTPUTS`, from buffers of `sizes`). A buffer too small for its count grows (`base.grown_sizes`, as training's
-  decoder) and the batch runs again. -> (hits, sizes): hits as `window_hits` takes them, sizes for later calls."""
-  sizes = tuple(sizes)
-  while True:
-    out = run(arrays, sizes)
-    counts = tuple(int(out[f"{k}_count"]) for k in POINTERS)
-    grown = grown_sizes(sizes, counts)
-    if grown == sizes:
-      break
-    log.info("hit buffers (argument, head, tail) %s -> %s for counts %s", sizes, grown, counts)
-    sizes = grown
-  hits = tuple((count, *trimmed((count, out[f"{k}_coords"], out[f"{k}_scores"])))
-               for k, count in zip(POINTERS, counts))
-  return hits, sizes
+  """Every hit of the three pointers from an exported program, buffers grown as needed (`base.run_grown`): `run(arrays,
+  sizes)` -> its outputs by name (`OUTPUTS`). -> (hits, sizes): hits as `window_hits` takes them, sizes for later
+  calls."""
+  return run_grown(run, arrays, sizes=sizes, pointers=POINTERS)
 
 
 __all__ = ["POINTERS", "BUFFERS", "OUTPUTS", "COUNTS", "labels_to_json", "labels_from_json", "manifest_settings",

@@ -22,7 +22,7 @@ from gp_jax.data import merge
 from gp_jax.data.relations import ROLES
 from gp_jax.metrics import bucket_counts, overlap_kinds, per_record_counts, span_prf, triple_prf
 from gp_jax.ops.relations import TRIPLE_COLUMNS, assemble_triples
-from gp_jax.tasks.base import RESULT_KEYS, grown_sizes, trimmed
+from gp_jax.tasks.base import RESULT_KEYS, run_grown, trimmed
 from gp_jax.tasks.relations import table
 
 log = logging.getLogger(__name__)
@@ -279,22 +279,10 @@ def score(prepared, predictions, *, options: Mapping | None = None) -> dict:
 
 
 def run_exported(run, arrays, *, sizes, threshold, manifest=None):
-  """Every hit of the three pointers from an exported program: `run(arrays, sizes)` -> its outputs by name
-  (`OUTPUTS`, from buffers of `sizes`). A buffer too small for its count grows (`base.grown_sizes`, as training's
-  decoder) and the batch runs again; the counts do not depend on the buffers, so once is enough. -> (hits, sizes):
-  hits as `window_hits` takes them, sizes for later calls."""
-  sizes = tuple(sizes)
-  while True:
-    out = run(arrays, sizes)
-    counts = tuple(int(out[f"{k}_count"]) for k in POINTERS)
-    grown = grown_sizes(sizes, counts)
-    if grown == sizes:
-      break
-    log.info("hit buffers (entity, head, tail) %s -> %s for counts %s", sizes, grown, counts)
-    sizes = grown
-  hits = tuple((count, *trimmed((count, out[f"{k}_coords"], out[f"{k}_scores"])))
-               for k, count in zip(POINTERS, counts))
-  return hits, sizes
+  """Every hit of the three pointers from an exported program, buffers grown as needed (`base.run_grown`): `run(arrays,
+  sizes)` -> its outputs by name (`OUTPUTS`). -> (hits, sizes): hits as `window_hits` takes them, sizes for later
+  calls."""
+  return run_grown(run, arrays, sizes=sizes, pointers=POINTERS)
 
 
 __all__ = ["POINTERS", "BUFFERS", "OUTPUTS", "MAX_CANDIDATES_PER_ROW", "TRIPLE_KEYS", "MATCHES", "OVERLAP_KINDS",
