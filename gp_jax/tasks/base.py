@@ -52,6 +52,20 @@ def trimmed(hits) -> tuple[np.ndarray, np.ndarray]:
   return coords[:count], scores[:count]
 
 
+def pointer_config_refusal(config, *, task: str, pointers: str) -> str | None:
+  """GPLinker's pointers are span heads trained with sparse ZLPR: a tagger head or another loss is refused (one line
+  naming `task` and its `pointers`). Heads are read here only (the models import flax)."""
+  from gp_jax.models.heads import HEADS  # pylint: disable=g-import-not-at-top
+
+  if config.model.head not in HEADS:
+    return (f"task={task}: model.head={config.model.head!r} is a tagger; the GPLinker pointers are span heads: "
+            f"set model.head to one of {sorted(HEADS)}")
+  if config.loss.kind != "sparse_zlpr":
+    return (f"task={task}: loss.kind={config.loss.kind!r}; the {pointers} pointers train with sparse_zlpr (flat gold "
+            "ids): set loss.kind=sparse_zlpr")
+  return None
+
+
 def run_grown(run, arrays, *, sizes, pointers):
   """Every hit of an exported program's pointers: `run(arrays, sizes)` -> its outputs by name ("<pointer>_count",
   "_coords", "_scores" per pointer, from buffers of `sizes`). A buffer too small for its count grows (`grown_sizes`,
@@ -71,4 +85,4 @@ def run_grown(run, arrays, *, sizes, pointers):
   return hits, sizes
 
 
-__all__ = ["RESULT_KEYS", "flat_result", "grown_sizes", "trimmed", "run_grown"]
+__all__ = ["RESULT_KEYS", "flat_result", "grown_sizes", "trimmed", "run_grown", "pointer_config_refusal"]

@@ -17,6 +17,7 @@ import json
 from gp_jax import storage
 from gp_jax.data.events import event_types
 from gp_jax.errors import UserError
+from gp_jax.tasks.base import pointer_config_refusal
 from gp_jax.tasks.events import host, targets
 
 LABELS_FILE = "event_labels.json"  # a task=events workdir's event types, beside types.json
@@ -43,16 +44,8 @@ class EventTask:
 
   @classmethod
   def config_refusal(cls, config) -> str | None:
-    """The GPLinker pointers are span heads trained with sparse ZLPR: a tagger head or another loss is refused."""
-    from gp_jax.models.heads import HEADS  # pylint: disable=g-import-not-at-top
-
-    if config.model.head not in HEADS:
-      return (f"task=events: model.head={config.model.head!r} is a tagger; the GPLinker pointers are span heads: "
-              f"set model.head to one of {sorted(HEADS)}")
-    if config.loss.kind != "sparse_zlpr":
-      return (f"task=events: loss.kind={config.loss.kind!r}; the event pointers train with sparse_zlpr (flat gold "
-              "ids): set loss.kind=sparse_zlpr")
-    return None
+    """A tagger head or a loss other than sparse ZLPR is refused (`base.pointer_config_refusal`)."""
+    return pointer_config_refusal(config, task="events", pointers="event")
 
   @classmethod
   def from_spec(cls, spec) -> EventTask:

@@ -19,7 +19,7 @@ from gp_jax import storage
 from gp_jax.data.sources import relation_types as union_relation_types
 from gp_jax.data.windows import _ranges
 from gp_jax.errors import UserError
-from gp_jax.tasks.base import RESULT_KEYS
+from gp_jax.tasks.base import RESULT_KEYS, pointer_config_refusal
 from gp_jax.tasks.relations import host, table
 
 RELATION_TYPES_FILE = "relation_types.json"  # a task=relations workdir's relation types, beside types.json
@@ -75,16 +75,8 @@ class RelationTask:
 
   @classmethod
   def config_refusal(cls, config) -> str | None:
-    """The GPLinker pointers are span heads trained with sparse ZLPR: a tagger head or another loss is refused."""
-    from gp_jax.models.heads import HEADS
-
-    if config.model.head not in HEADS:
-      return (f"task=relations: model.head={config.model.head!r} is a tagger; the GPLinker pointers are span heads: "
-              f"set model.head to one of {sorted(HEADS)}")
-    if config.loss.kind != "sparse_zlpr":
-      return (f"task=relations: loss.kind={config.loss.kind!r}; the relation pointers train with sparse_zlpr (flat "
-              "gold ids): set loss.kind=sparse_zlpr")
-    return None
+    """A tagger head or a loss other than sparse ZLPR is refused (`base.pointer_config_refusal`)."""
+    return pointer_config_refusal(config, task="relations", pointers="relation")
 
   @classmethod
   def from_spec(cls, spec) -> RelationTask:
