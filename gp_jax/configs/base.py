@@ -86,6 +86,7 @@ def add_model(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> Non
   c.model.head_size = 64  # d, per-type q/k width
   c.model.use_rope = a.rope  # RoPE in the head (the paper's ablation)
   c.model.pointer_rope = False  # task=relations / events: RoPE on the head/tail (link) pointers too (the entity / argument pointer follows use_rope)
+  c.model.event_grouping = "cliques"  # task=events: 'cliques' (Su: each maximal clique of links an event) or 'trigger' (then one event per trigger)
   c.model.dtype = a.dtype  # compute dtype: auto (float32 on CPU, bfloat16 on GPU/TPU), float32 or bfloat16 (params stay float32)
   c.model.attention = "auto"  # self-attention kernel (gp_jax.ops.attention): auto | xla | cudnn (GPU) | splash (TPU)
   c.model.dropout_bits = "auto"  # bert dropout masks: auto (hash on CPU/GPU, threefry on TPU), hash or threefry; GP_JAX_DROPOUT_BITS overrides

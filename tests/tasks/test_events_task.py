@@ -169,6 +169,57 @@ def test_groups_over_the_bound_give_no_events_and_are_counted(caplog):
       (5, "B", (("trigger", 8, 8), ("x", 9, 9))), (7, "A", (("trigger", 1, 1), ("x", 2, 2)))]
 
 
+def _merged_reference(events):
+  """One event per (window, type, trigger) as a plain reading of the rule: the union of the arguments of every event
+  of that key (each argument its highest score), the key's lowest event score; trigger-less events untouched."""
+  keys, plain = [], []
+  for w, t, args, score in events:
+    trig = [a[1:3] for a in args if a[0] == "trigger"]
+    if len(trig) == 1:
+      if (w, t, trig[0]) not in keys:
+        keys.append((w, t, trig[0]))
+    else:
+      plain.append((w, t, args, score))
+  out = []
+  for key in keys:
+    same = [e for e in events if (e[0], e[1]) == key[:2] and [a[1:3] for a in e[2] if a[0] == "trigger"] == [key[2]]]
+    spans = sorted({a[:3] for e in same for a in e[2]})
+    args = tuple((*x, max(a[3] for e in same for a in e[2] if a[:3] == x)) for x in spans)
+    out.append((key[0], key[1], args, min(e[3] for e in same)))
+  return sorted(out + plain)
+
+
+def test_merge_by_trigger_against_a_plain_reading_of_the_rule():
+  rng = np.random.default_rng(3)
+  roles = ("trigger", "Treatment", "Treatment.Drug", "Effect")
+  for _ in range(200):
+    events = []
+    for _ in range(rng.integers(0, 7)):
+      picked = {(roles[rng.integers(1, 4)], int(s), int(s) + int(rng.integers(0, 2)))
+                for s in rng.integers(0, 6, rng.integers(1, 4))}
+      if rng.random() < 0.85:
+        picked.add(("trigger", int(rng.integers(0, 2)), int(rng.integers(2, 3))))
+      args = tuple(sorted((*a, round(float(rng.random()), 3)) for a in picked))
+      events.append((int(rng.integers(0, 2)), "AB"[rng.integers(0, 2)], args, round(float(rng.random()), 3)))
+    got, merged = host.merge_by_trigger(events)
+    assert sorted(got) == _merged_reference(events)
+    assert merged == len(events) - len(got)
+
+
+def test_trigger_grouping_merges_the_cliques_that_share_a_trigger():
+  types = ("A:trigger", "A:main", "A:sub")
+  # One trigger (1, 1); a main (4, 5) and a sub on the same span, each linked to the trigger, not to each other.
+  arg = [(0, 0, 1, 1), (0, 1, 4, 5), (0, 2, 4, 5)]
+  head, tail = [(0, 0, 1, 4)], [(0, 0, 1, 5)]
+  buf = lambda rows: (len(rows), np.asarray(rows, np.int32), np.ones(len(rows), np.float32))  # noqa: E731
+  spans = lambda hits: sorted(tuple(a[:3] for a in e[2]) for e in hits["events"])  # noqa: E731
+  su = host.window_hits((buf(arg), buf(head), buf(tail)), np.array([0]), types=types)
+  assert spans(su) == [(("main", 4, 5), ("trigger", 1, 1)), (("sub", 4, 5), ("trigger", 1, 1))]
+  one = host.window_hits((buf(arg), buf(head), buf(tail)), np.array([0]), types=types,
+                         options={"event_grouping": "trigger"})
+  assert spans(one) == [(("main", 4, 5), ("sub", 4, 5), ("trigger", 1, 1))] and one["counts"]["merged"] == 1
+
+
 def test_a_clique_with_two_triggers_gives_one_event_per_trigger():
   A = cliques.Argument
   e = cliques.Event(0, "A", (A("trigger", 1, 1, 0.9), A("trigger", 3, 3, 0.8), A("x", 5, 6, 0.7)), 0.5)
@@ -246,7 +297,11 @@ def test_task_labels_options_and_shapes(tmp_path):
   with pytest.raises(Exception, match="holds no events"):
     task.labels(train=[{"text": "x", "entities": []}], dev=[], test=[])
   c = ml_collections.ConfigDict({"model": {"head": "efficient", "pointer_rope": True}, "loss": {"kind": "zlpr"}})
-  assert task_lib.TASK.options(c, {}) == {"pointer_rope": True}
+  assert task_lib.TASK.options(c, {}) == {"pointer_rope": True, "event_grouping": "cliques"}
+  c.model.event_grouping = "per_trigger"
+  with pytest.raises(Exception, match="event_grouping must be one of"):
+    task_lib.TASK.options(c, {})
+  del c.model["event_grouping"]
   assert "sparse_zlpr" in task_lib.TASK.config_refusal(c)
   c.loss.kind, c.model.head = "sparse_zlpr", "crf"
   assert "tagger" in task_lib.TASK.config_refusal(c)

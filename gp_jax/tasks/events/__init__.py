@@ -26,21 +26,28 @@ LABELS_FILE = "event_labels.json"  # a task=events workdir's event types, beside
 class EventTask:
   """Events: what the trainer, the steps, the compiler and evaluation call for `task=events`.
 
-  `pointer_rope`: RoPE on the two link pointers (Su: none).
+  `pointer_rope`: RoPE on the two link pointers (Su: none). `event_grouping`: "cliques" (Su: each maximal clique
+  of the link graph one event) or "trigger" (then the cliques of one type and trigger merged: one event per trigger,
+  `host.merge_by_trigger`).
   """
 
   name = "events"
   threshold_refusal = "task=events decodes three pointers at one threshold; tuning it is not built"
 
-  def __init__(self, pointer_rope: bool = False):
-    self.pointer_rope = bool(pointer_rope)
-    self.options = {"pointer_rope": self.pointer_rope}
+  def __init__(self, pointer_rope: bool = False, event_grouping: str = "cliques"):
+    if event_grouping not in host.GROUPINGS:
+      raise UserError(f"task=events: model.event_grouping must be one of {host.GROUPINGS}, got {event_grouping!r}")
+    self.pointer_rope, self.event_grouping = bool(pointer_rope), event_grouping
+    self.options = {"pointer_rope": self.pointer_rope, "event_grouping": self.event_grouping}
 
   # Construction: the options a run spec keeps (`RunSpec.task_options`).
   @classmethod
   def options(cls, config, conventions) -> dict:
-    """model.pointer_rope (default False)."""
-    return {"pointer_rope": bool(config.model.get("pointer_rope", False))}
+    """model.pointer_rope (default False), model.event_grouping (default "cliques", Su's)."""
+    grouping = str(config.model.get("event_grouping", "cliques"))
+    if grouping not in host.GROUPINGS:
+      raise UserError(f"task=events: model.event_grouping must be one of {host.GROUPINGS}, got {grouping!r}")
+    return {"pointer_rope": bool(config.model.get("pointer_rope", False)), "event_grouping": grouping}
 
   @classmethod
   def config_refusal(cls, config) -> str | None:

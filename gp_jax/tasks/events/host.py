@@ -12,6 +12,9 @@ Decisions (docs/tasks.md, issue 60):
   `cliques.MAX_ARGUMENTS_PER_TYPE` gives no events; such groups and their arguments are counted and logged.
 - A clique holding several triggers gives one event per trigger, each with all the clique's other arguments (Su's
   output would keep one event with two triggers, which no gold event has).
+- `event_grouping="trigger"` (an option; Su's cliques are the default): after the split above, the events of one
+  window, type and trigger span are merged into one (`merge_by_trigger`). Chosen on PHEE's dev split, where a main
+  argument and its sub-argument on one span are often left unlinked and Su's cliques write one trigger twice.
 - Over windows: an event counts where the window that decides its whole extent (first to last token of its
   arguments, `merge.deciding_windows`, as entities and triples are decided) found it; events equal at char level
   (type, trigger, arguments) keep the highest score.
@@ -39,7 +42,8 @@ log = logging.getLogger(__name__)
 POINTERS = ("argument", "head", "tail")
 BUFFERS = tuple(f"{k}_buffer" for k in POINTERS)
 OUTPUTS = tuple(f"{k}_{x}" for k in POINTERS for x in ("count", "coords", "scores"))
-COUNTS = ("over_bound", "over_bound_arguments", "multi_trigger")  # what window_hits counts (logged)
+COUNTS = ("over_bound", "over_bound_arguments", "multi_trigger", "merged")  # what window_hits counts (logged)
+GROUPINGS = ("cliques", "trigger")
 
 
 # ----------------------------------------------------------------------------- label space and settings
@@ -99,6 +103,29 @@ def one_trigger_each(event: cliques.Event, trigger_role: str = TRIGGER) -> list[
   return [event._replace(arguments=tuple(sorted((t, *rest)))) for t in triggers]
 
 
+def merge_by_trigger(events: Sequence[tuple]) -> tuple[list[tuple], int]:
+  """Window events (window, type, ((role, start, end, score), ...), score) -> those of one (window, type, trigger
+  span) merged into one: the union of their arguments (an argument in several keeps its highest score), the score
+  the lowest of theirs; events without a trigger are kept as they are. -> (events, how many were merged away)."""
+  out, at = [], {}
+  for w, etype, args, score in events:
+    trig = [(s, e) for role, s, e, _ in args if role == TRIGGER]
+    if len(trig) != 1:
+      out.append((w, etype, args, score))
+      continue
+    key = (w, etype, trig[0])
+    if key not in at:
+      at[key] = len(out)
+      out.append((w, etype, args, score))
+      continue
+    _, _, old, old_score = out[at[key]]
+    best = {a[:3]: a[3] for a in old}
+    for a in args:
+      best[a[:3]] = max(best.get(a[:3], a[3]), a[3])
+    out[at[key]] = (w, etype, tuple(sorted((*k, sc) for k, sc in best.items())), min(old_score, score))
+  return out, len(events) - len(out)
+
+
 def window_hits(outputs, window_index, *, types: Sequence[str] = (), options: Mapping | None = None) -> dict:
   """(argument hits, head hits, tail hits) as `ops.events.event_hits` gives them and the batch's window index ->
   {"events": [(window, type, ((role, start, end, score), ...), score)], "counts": {COUNTS}}, tokens of the window.
@@ -110,7 +137,7 @@ def window_hits(outputs, window_index, *, types: Sequence[str] = (), options: Ma
   grouping = cliques.group_events(argument, head, tail, classes=pairs, require_trigger=False,
                                   max_arguments_per_type=bound)
   counts = {"over_bound": over + grouping.over_bound,
-            "over_bound_arguments": over_args + grouping.over_bound_arguments, "multi_trigger": 0}
+            "over_bound_arguments": over_args + grouping.over_bound_arguments, "multi_trigger": 0, "merged": 0}
   if counts["over_bound"]:
     log.warning("%d (row, event type) groups hold more than %d decoded arguments (%d arguments in all; an untrained "
                 "model fires nearly everywhere): no events from them", counts["over_bound"], bound,
@@ -125,6 +152,8 @@ def window_hits(outputs, window_index, *, types: Sequence[str] = (), options: Ma
     events.extend((w, x.type, tuple((a.role, a.start, a.end, a.score) for a in x.arguments), x.score) for x in split)
   if counts["multi_trigger"]:
     log.info("%d decoded cliques held several triggers: one event per trigger", counts["multi_trigger"])
+  if (options or {}).get("event_grouping", "cliques") == "trigger":
+    events, counts["merged"] = merge_by_trigger(events)
   return {"events": events, "counts": counts}
 
 
@@ -249,5 +278,5 @@ def run_exported(run, arrays, *, sizes, threshold, manifest=None):
 
 
 __all__ = ["POINTERS", "BUFFERS", "OUTPUTS", "COUNTS", "labels_to_json", "labels_from_json", "manifest_settings",
-           "prepare", "one_trigger_each", "window_hits", "concat_hits", "assemble", "output_record", "phee_like",
+           "prepare", "one_trigger_each", "merge_by_trigger", "GROUPINGS", "window_hits", "concat_hits", "assemble", "output_record", "phee_like",
            "score", "final_fields", "result_lines", "run_exported"]
