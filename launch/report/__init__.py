@@ -8,19 +8,20 @@ Finished runs fall into cells: runs whose configs differ in the seed only, after
 older config.json lacks takes its default from gp_jax.configs.base.get_config(); model.dtype=auto is what it
 resolved to, float32 on CPU runs; keys that only say how a run logs or saves, runs.BOOKKEEPING_KEYS, are left
 out). Cells are shown by data.name, model.encoder, model.head and model.use_rope ("n/a" for tagger heads, which
-have no RoPE), by model.pointer_rope too when some run is a relation run (config.task=relations, GPLinker: use_rope
-is RoPE on its entity pointer, pointer_rope on its head/tail pointers; "n/a" for entity runs, and configs without a
-task are entity runs), by data.max_len when one dataset's runs differ in it, by the training tricks when some run
+have no RoPE), by model.pointer_rope too when some run is a relation or event run (config.task=relations or events,
+GPLinker: use_rope is RoPE on its entity / (event type, role) argument pointer, pointer_rope on its two link
+pointers; "n/a" for entity runs, and configs without a task are entity runs; task names are the registry's,
+gp_jax.tasks.NAMES), by data.max_len when one dataset's runs differ in it, by the training tricks when some run
 used them, and, when cells shown alike differ in other keys, by a variant naming those keys (e.g.
 tune_threshold=True). Each cell shows n (seeds) and mean +- std (statistics.stdev; "-" when n = 1) of dev/test F1,
 precision, recall (in %; for relation runs those of (subject, relation, object) triples in the form results.json's
-"match" names, as a line under the table says), train tokens/s and parameter count, then epochs trained and
-whether training stopped early. Preempted, failed and unfinished runs are listed apart, never averaged.
+"match" names, for event runs Su's argument level, as lines under the table say), train tokens/s and parameter
+count, then epochs trained and whether training stopped early. Preempted, failed and unfinished runs are listed apart, never averaged.
 
 Significance, for the study's comparisons within a dataset x encoder (x max_len) x variant: RoPE on vs off per
-head, GP vs CRF, EGP vs GP, each trick vs plain (for relation runs each among cells of one pointer RoPE setting,
-named with it), pointer RoPE on vs off per head and RoPE (relation runs), and where a study has length arms
-(max_len) each comparison's difference at the longer arm minus that at the shorter. Runs are paired by seed; on
+head, GP vs CRF, EGP vs GP, each trick vs plain (for relation and event runs each among cells of one pointer RoPE
+setting, named with it), pointer RoPE on vs off per head and RoPE (relation and event runs), and where a study
+has length arms (max_len) each comparison's difference at the longer arm minus that at the shorter. Runs are paired by seed; on
 the test split (dev when a run has no test F1) the table gives the mean over seeds of F1(A) - F1(B) with a 95%
 t-interval and a paired t-test, and the p of a paired bootstrap over records when every run has results.json's
 per-record counts (`"per_record": {"tp", "fp", "fn", optionally "id"}`; see stats.contrast_bootstrap). The
@@ -30,14 +31,20 @@ carry the difference most out of both cells and flags a difference that this hal
 adjusted p < 0.05 and not flagged. A comparison that cannot be paired (its cells differ in more than the compared
 setting, two runs of a cell share a seed, no seed in common) is skipped with a line saying why.
 
+Event runs (task=events, e.g. experiments/phee_minilm.py's get_sweep: use_rope on/off x seeds) get a section of
+their own (events.py): per cell and split the argument F1 beside the event-level F1 and the PHEE paper's EM and
+token F1 of Trigger, MainArgs and SubArgs (results.json's "phee"), and each comparison of event cells in the paper's
+EM F1s, paired by seed (t-interval and paired t-test over seeds, Holm within the study over that table; the PHEE
+scorer keeps no per-record counts, so no bootstrap there: the argument F1's is in the significance table).
+
 results.json says which heads are taggers (head_kind), the by-length buckets (length_buckets) and the dev F1 of
 every evaluation (dev_history). Older results.json files lack these: tagger heads are then those in
 gp_jax.models.taggers.TAGGERS, the buckets gp_jax.evaluate.LENGTH_BUCKETS, and the dev history comes from the
 run's metrics.jsonl ("split": "dev" lines; by epoch when the steps per epoch are known, else by step).
 
 With --out PREFIX it also writes PREFIX.md (the same tables), PREFIX_f1.png (one panel per dataset: heads on
-the x axis, a head's relation cells once per pointer RoPE setting, RoPE on/off side by side, bar = mean over seeds,
-dots = seeds), when some run has dev F1 by length (relation runs have none, and are left out)
+the x axis, a head's relation or event cells once per pointer RoPE setting, RoPE on/off side by side, bar = mean
+over seeds, dots = seeds), when some run has dev F1 by length (relation and event runs have none, and are left out)
 PREFIX_by_length.png (dev F1 by gold entity length in encoder tokens, tp/pred/gold pooled over seeds; a bucket
 without gold entities is left empty, and the axis gives the gold entities per bucket) and, when some run has a dev
 history, PREFIX_epochs.png (dev F1 by epoch per head x RoPE (x pointer RoPE) cell: mean over seeds, band =
@@ -48,9 +55,9 @@ Exit status 2 (one line on stderr) when a DIR does not exist or holds no run fol
 figures (no matplotlib); else 0.
 
 Modules: runs.py (find run folders, read config/results/history, resolve configs), stats.py (cells, mean +- std,
-pooled by-length F1, the comparisons), paired.py (t-interval, t-test, paired bootstrap, Holm, influence; numpy and
-scipy.stats), tables.py (markdown), plots.py (figures), power.py (seeds for a paired t-test to reach a Holm-adjusted
-p < 0.05, `python -m launch.report.power`), headline.py (the "Does RoPE matter?" table of docs/results.md,
+pooled by-length F1, the comparisons), events.py (the events section), paired.py (t-interval, t-test, paired
+bootstrap, Holm, influence; numpy and scipy.stats), tables.py (markdown), plots.py (figures), power.py (seeds for a
+paired t-test to reach a Holm-adjusted p < 0.05, `python -m launch.report.power`), headline.py (the "Does RoPE matter?" table of docs/results.md,
 `python -m launch.report.headline`); this file is the CLI (`python -m launch.report`).
 """
 
@@ -110,7 +117,8 @@ def main(argv=None):
       written = write_plots(rows, summary, args.out)
       text += "\n" + "".join(f"![{title}]({name})\n\n" for title, name in written)
       if not any(name.endswith("_by_length.png") for _, name in written):
-        text += "(No dev F1 by entity length figure: no finished run recorded by_length; relation runs do not.)\n"
+        text += ("(No dev F1 by entity length figure: no finished run recorded by_length; relation and event runs "
+                 "do not.)\n")
       if not any(name.endswith("_epochs.png") for _, name in written):
         text += "(No dev F1 by epoch figure: no finished run recorded a per-epoch dev history.)\n"
       tags = variant_tags(summary)

@@ -24,7 +24,8 @@ from .stats import compare, summarize
 # expression on "dataset, max_len, what", n).
 PLANNED = ((r"^msra, ", 5), (r"^cluener2020, .*\(standard\)", 5), (r"^people_daily, 128, ", 5))
 DATASETS = {"people_daily": "People's Daily", "msra": "MSRA", "cluener2020": "CLUENER 2020", "conll2003": "CoNLL-2003",
-            "germeval2014": "GermEval 2014"}  # in the table's order
+            "germeval2014": "GermEval 2014",
+            "phee": "PHEE (events: argument F1)"}  # in the table's order
 HEADS = {"standard": "GP", "efficient": "EGP"}
 ARMS = {"people_daily": {"579": "whole sentences (max_len 579)", "128": "128-token windows"}}
 # Su's ablation (GlobalPointer blog / paper): People's Daily dev F1 with RoPE 96.25, without 54.35 (GP, BERT-base).

@@ -7,7 +7,7 @@ import statistics
 
 from etils import epath
 
-from .runs import NO_ROPE, PLAIN, RELATIONS, TAGGER
+from .runs import EVENTS, NO_ROPE, PLAIN, RELATIONS, TAGGER
 from .stats import gold_by_length, length_buckets, pointer_name, pooled_by_length, setting_order
 
 ROPE_STYLE = {  # rope -> (label, bar colour, line style)
@@ -48,7 +48,8 @@ def _grid(plt, n: int, *, panel_w: float, panel_h: float):
 
 
 def _pointer(g: dict) -> str:
-  """A cell's pointer RoPE (relation runs: "True" / "False"; "n/a" for entity runs and reports without relations)."""
+  """A cell's pointer RoPE (relation and event runs: "True" / "False"; "n/a" for entity runs and reports without
+  pointer tasks)."""
   return g.get("pointer_rope", NO_ROPE)
 
 
@@ -159,11 +160,11 @@ def _encoders(groups: list[dict]) -> str:
 
 
 def plot_f1(summary: list[dict], path: str | None = None):
-  """One panel per dataset: heads on the x axis (a head's relation cells once per pointer RoPE setting), RoPE
+  """One panel per dataset: heads on the x axis (a head's relation or event cells once per pointer RoPE setting), RoPE
   on/off side by side; bar = mean over seeds, dots = seeds.
 
   Each panel shows test F1 when every group there has it, else dev F1 (named in the title; "triple F1" when every
-  group there is task=relations). Returns the figure.
+  group there is task=relations, "argument F1" when every one is task=events). Returns the figure.
   """
   plt = _pyplot()
   datasets = _datasets(summary)
@@ -202,7 +203,8 @@ def plot_f1(summary: list[dict], path: str | None = None):
                         for e, h, p in slots], fontsize=10)
     ax.set_xlim(-0.6, len(slots) - 0.4)
     ax.set_ylim(0, min(105.0, max(10.0, top * 1.12)))
-    f1 = "triple F1" if all(g.get("task") == RELATIONS for g in groups) else "F1"
+    tasks = {g.get("task") for g in groups}
+    f1 = "triple F1" if tasks == {RELATIONS} else "argument F1" if tasks == {EVENTS} else "F1"
     ax.set_title(f"{ds}: {split} {f1} ({_encoders(groups)} encoder)", fontsize=11)
     ax.set_ylabel(f"{split} {f1} (%)", fontsize=10)
     ax.tick_params(axis="y", labelsize=9)
@@ -226,14 +228,14 @@ def _gold_label(counts: list[int]) -> str:
 
 
 def _has_by_length(g: dict) -> bool:
-  """Whether some run of the cell has dev F1 by entity length (relation runs have none)."""
+  """Whether some run of the cell has dev F1 by entity length (relation and event runs have none)."""
   return any((m["results"].get("dev") or {}).get("by_length") for m in g["members"])
 
 
 def plot_by_length(rows: list[dict], summary: list[dict], path: str | None = None):
   """One panel per dataset: dev F1 by gold entity length per head x RoPE cell (pooled over seeds). A bucket
   without gold entities has no F1: no point, and no line through it. Tick labels give the gold entities per run.
-  Cells without by_length (relation runs) are left out; None when no cell has it."""
+  Cells without by_length (relation and event runs) are left out; None when no cell has it."""
   with_lengths = [g for g in summary if _has_by_length(g)]
   datasets = [ds for ds in _datasets(summary) if any(_panel(g) == ds for g in with_lengths)]
   if not datasets:

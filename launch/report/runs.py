@@ -20,11 +20,14 @@ MAX_DEPTH = 8
 PLAIN = "plain"  # run without training tricks
 SPAN, TAGGER = "span", "tagger"  # results.json head_kind
 NO_ROPE = "n/a"  # tagger heads have no RoPE; their config's use_rope is ignored
-# Two tasks the report treats apart (relations: pointer RoPE), names of the registry (`gp_jax.tasks.NAMES`, the one
-# list of tasks); configs from before relations existed are entity runs.
-ENTITIES, RELATIONS = "entities", "relations"
-if not {ENTITIES, RELATIONS} <= set(tasks.NAMES):
-  raise ImportError(f"launch.report names tasks {ENTITIES!r} and {RELATIONS!r}; gp_jax.tasks.NAMES is {tasks.NAMES}")
+# The tasks the report treats apart, names of the registry (`gp_jax.tasks.NAMES`, the one list of tasks; checked
+# here, not copied): relations and events are GPLinker pointer tasks (model.pointer_rope is a setting of theirs:
+# the task classes take it, tests/test_report_events.py checks this against the registry), events add the PHEE
+# headline (report/events.py). Configs from before relations existed are entity runs.
+ENTITIES, RELATIONS, EVENTS = "entities", "relations", "events"
+POINTER_TASKS = (RELATIONS, EVENTS)
+if not {ENTITIES, *POINTER_TASKS} <= set(tasks.NAMES):
+  raise ImportError(f"launch.report names tasks {(ENTITIES, *POINTER_TASKS)}; gp_jax.tasks.NAMES is {tasks.NAMES}")
 # Config keys that only say how a run logs, saves or is launched: they never make runs different cells.
 BOOKKEEPING_KEYS = frozenset({"progress_bar", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints",
                               "compilation_cache", "allow_config_change", "multihost", "coordinator_address",
@@ -224,8 +227,8 @@ def task_of(config: dict, results: dict | None) -> str:
 
 def collect(roots) -> list[dict]:
   """One dict per run folder: run, status, group key fields, task, pointer_rope (str of model.pointer_rope for
-  task=relations, "n/a" otherwise), results (None if absent), training length, history, the resolved config
-  (`resolved_config`) and the study (`study_of`)."""
+  the pointer tasks, POINTER_TASKS: relations and events; "n/a" otherwise), results (None if absent), training
+  length, history, the resolved config (`resolved_config`) and the study (`study_of`)."""
   if isinstance(roots, str):
     roots = [roots]
   rows = []
@@ -250,7 +253,7 @@ def collect(roots) -> list[dict]:
           "rope": NO_ROPE if kind == TAGGER else model.get("use_rope", "?"),
           "task": task,
           "pointer_rope": (str(model.get("pointer_rope", resolved.get("model.pointer_rope", False)))
-                           if task == RELATIONS else NO_ROPE),
+                           if task in POINTER_TASKS else NO_ROPE),
           "seed": config.get("seed"),
           "max_len": data.get("max_len", resolved.get("data.max_len") if config else None),
           "trick": trick_of(config),

@@ -13,7 +13,7 @@ import numpy as np
 from .. import sweep
 from .paired import (BOOTSTRAP_RESAMPLES, INFLUENCE_K, SHARE_TOPS, contrast_bootstrap, holm,  # noqa: F401
                      influence, mean_t_interval, micro_f1, paired_bootstrap, seed_t_test, t_cdf, t_quantile)
-from .runs import NO_ROPE, PLAIN, RELATIONS, config_defaults
+from .runs import NO_ROPE, PLAIN, POINTER_TASKS, config_defaults
 
 GROUP_KEYS = ("dataset", "encoder", "head", "rope")  # and pointer_rope, max_len, trick when needed (group_keys)
 # (column, getter on results.json); F1/P/R are fractions in results.json and shown in %.
@@ -37,9 +37,10 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
 
 
 def group_keys(rows: list[dict]) -> tuple[str, ...]:
-  """GROUP_KEYS, plus "pointer_rope" when some finished run is task=relations (model.pointer_rope; "n/a" for entity
-  runs), plus "max_len" when finished runs of one dataset differ in it (e.g. length arms of a study), plus "trick"
-  when some finished run used training tricks (EMA, FGM, PGD: experiments/tricks.py)."""
+  """GROUP_KEYS, plus "pointer_rope" when some finished run is a pointer task (runs.POINTER_TASKS: relations,
+  events; model.pointer_rope; "n/a" for entity runs), plus "max_len" when finished runs of one dataset differ in it
+  (e.g. length arms of a study), plus "trick" when some finished run used training tricks (EMA, FGM, PGD:
+  experiments/tricks.py)."""
   lengths: dict[str, set] = {}
   tricks, tasks = set(), set()
   for row in rows:
@@ -47,7 +48,7 @@ def group_keys(rows: list[dict]) -> tuple[str, ...]:
       lengths.setdefault(row["dataset"], set()).add(row.get("max_len"))
       tricks.add(row.get("trick", PLAIN))
       tasks.add(row.get("task"))
-  return (GROUP_KEYS + (("pointer_rope",) if RELATIONS in tasks else ())
+  return (GROUP_KEYS + (("pointer_rope",) if tasks & set(POINTER_TASKS) else ())
           + (("max_len",) if any(len(v) > 1 for v in lengths.values()) else ())
           + (("trick",) if tricks - {PLAIN} else ()))
 
@@ -257,8 +258,8 @@ def comparisons(summary: list[dict]) -> list[tuple[dict, dict, str]]:
   """(group A, group B, what) for the study's comparisons, within one dataset x encoder (x max_len) and variant:
   RoPE on vs off per head; GP (standard head, with RoPE) vs CRF; EGP (efficient) vs GP with and without RoPE (all
   among runs without tricks); and each training trick against the plain runs of the same head and RoPE. Relation
-  runs (task=relations) make these among cells of equal pointer RoPE (named with it, e.g. "RoPE on vs off
-  (efficient, no pointer RoPE)"), plus pointer RoPE on vs off per head and RoPE (model.pointer_rope only)."""
+  and event runs (runs.POINTER_TASKS) make these among cells of equal pointer RoPE (named with it, e.g. "RoPE on vs
+  off (efficient, no pointer RoPE)"), plus pointer RoPE on vs off per head and RoPE (model.pointer_rope only)."""
   return [(a, b, what) for a, b, what, _ in _comparisons(summary)]
 
 

@@ -1,10 +1,12 @@
-"""Markdown tables of a report: groups, F1 by entity length, training length, unfinished runs."""
+"""Markdown tables of a report: groups, significance, influence, F1 by entity length, training length, unfinished
+runs; the events section is events.py's."""
 
 from __future__ import annotations
 
 import statistics
 
 from .. import sweep
+from . import events
 from .runs import RELATIONS
 from .stats import (ALPHA, BOOTSTRAP_RESAMPLES, INFLUENCE_K, METRICS, SHARE_TOPS, cell_flags, compare, failed_cells,
                     length_buckets, pooled_by_length, summarize)
@@ -264,8 +266,8 @@ def skipped_lines(skipped: list[dict], studies=None) -> list[str]:
 def markdown(rows: list[dict], summary: list[dict], *, influence_k: int = INFLUENCE_K,
              resamples: int = BOOTSTRAP_RESAMPLES) -> str:
   parts = ["## Finished runs (mean ± sample std over seeds; F1/P/R in %)", "", groups_table(summary)]
-  note = relations_note(summary)
-  parts += ["", note] if note else []
+  notes = [n for n in (relations_note(summary), events.events_note(summary)) if n]
+  parts += [x for n in notes for x in ("", n)]
   lost = failed_cells(rows, summary)
   if lost:
     parts += ["", "**Flagged**: cells with no finished run (every run failed; see Not finished):", "",
@@ -303,6 +305,7 @@ def markdown(rows: list[dict], summary: list[dict], *, influence_k: int = INFLUE
               "out of both cells: the difference, its t-interval over seeds and the bootstrap p without them. "
               "Records are named by their index in the reported split (and the corpus's id where results.json "
               "carries one).", "", influence]
+  parts += events.section(summary, compared)
   lengths = length_table(rows, summary)
   if lengths:
     parts += ["", "## Dev F1 (%) by gold entity length in encoder tokens (tp/pred/gold pooled over seeds)", "",
