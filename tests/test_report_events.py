@@ -272,5 +272,13 @@ def test_study_without_phee_figures_says_so(events_study, tmp_path):
   compared, _ = report.compare(summary, resamples=200)
   (entry,) = report_events.paired_figures(compared)
   assert entry["why"] == "no PHEE figures on test (18 of 18 values)"
+  table = report_events.figures_table(summary).splitlines()
+  assert table[0].endswith("| argument F1 (Su; selects) | event-level F1 |") and len(table) == 6
+  text = "\n".join(report_events.section(summary, compared))
+  assert "## Events: the event-level F1 beside the argument F1" in text and "EM F1(A)" not in text
+  # One run with them: the columns come back, "-" (n=...) where runs lack them.
+  res = json.loads((path / "results.json").read_text())
+  (copy / rel / "results.json").write_text(json.dumps(res))
+  summary = report.summarize(report.collect(str(copy)))
   table = report_events.figures_table(summary)
-  assert all(line.endswith("| - | - | - | - | - | - |") for line in table.splitlines()[2:])
+  assert table.count("(n=1)") == 6 * 2 and "| - | - | - | - | - | - |" in table

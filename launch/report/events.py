@@ -65,15 +65,22 @@ def events_note(summary: list[dict]) -> str:
           "bootstrap on its per-record counts). The PHEE paper's figures are in the events section.")
 
 
+def has_phee(summary: list[dict]) -> bool:
+  """Whether some run of an event cell has the PHEE paper's figures (a PHEE-like corpus, `host.phee_like`)."""
+  return any(headline(m["results"], split, f) is not None for g in summary if is_events(g) for m in g["members"]
+             for split in SPLITS for f in FIGURES)
+
+
 def figures_table(summary: list[dict]) -> str:
-  """Per event cell and split (dev, test): the argument F1 (Su's, the selection figure), the event-level F1 and the
-  PHEE paper's EM and token F1 of Trigger, MainArgs, SubArgs, mean ± sample std over seeds in %; "" without event
-  cells."""
+  """Per event cell and split (dev, test): the argument F1 (Su's, the selection figure), the event-level F1 and,
+  when some run has them (`has_phee`), the PHEE paper's EM and token F1 of Trigger, MainArgs, SubArgs; mean ± sample
+  std over seeds in %, "-" for none; "" without event cells."""
   cells = [g for g in summary if is_events(g)]
   if not cells:
     return ""
+  kinds = KINDS if has_phee(summary) else ()
   cols = ["dataset", "encoder", "cell", "split", "n", "argument F1 (Su; selects)", "event-level F1",
-          *[f"{f} {label}" for _, label in KINDS for f in FIGURES]]
+          *[f"{f} {label}" for _, label in kinds for f in FIGURES]]
   lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
   for g in cells:
     for split in SPLITS:
@@ -81,7 +88,7 @@ def figures_table(summary: list[dict]) -> str:
       if all((r or {}).get(split) is None for r in runs):
         continue
       n = len(runs)
-      figures = [_fmt([headline(r, split, f, kind) for r in runs], n) for kind, _ in KINDS for f in FIGURES]
+      figures = [_fmt([headline(r, split, f, kind) for r in runs], n) for kind, _ in kinds for f in FIGURES]
       lines.append("| " + " | ".join([g["dataset"], g["encoder"], cell_name(g), split, str(n),
                                       _fmt([_split_f1(r, split, "f1") for r in runs], n),
                                       _fmt([_split_f1(r, split, "event_level", "f1") for r in runs], n),
@@ -168,11 +175,17 @@ def section(summary: list[dict], compared: list[dict]) -> list[str]:
   table = figures_table(summary)
   if not table:
     return []
-  parts = ["", "## Events: the PHEE paper's figures beside the argument F1 (%; mean ± sample std over seeds)", "",
+  phee = has_phee(summary)
+  what = "the PHEE paper's figures" if phee else "the event-level F1"
+  parts = ["", f"## Events: {what} beside the argument F1 (%; mean ± sample std over seeds)", "",
            "Argument F1: Su's argument level, the figure that selects checkpoints and the one the significance "
            "table tests. Event-level F1: a predicted event with a trigger is a hit when its whole set of (type, "
-           "role, text, start) equals a gold event's. Trigger / MainArgs / SubArgs: the PHEE paper's scorer "
-           "(exact match, EM, and token F1; results.json's phee.headline) on the events with a trigger.", "", table]
+           "role, text, start) equals a gold event's." + (
+               " Trigger / MainArgs / SubArgs: the PHEE paper's scorer (exact match, EM, and token F1; results.json's "
+               "phee.headline) on the events with a trigger." if phee else
+               " No run holds the PHEE paper's figures (results.json's phee: PHEE-like corpora only)."), "", table]
+  if not phee:
+    return parts
   skipped = skipped_roles(summary)
   if any(skipped.values()):
     parts += ["", "Roles the PHEE scorer skipped (summed over runs and splits): " + "; ".join(
