@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gp_jax.data.readers import DataError, PathOrFile, ReadReport, Records, check_entities, open_source, text_lines
@@ -241,23 +241,41 @@ def read_jsonl(path: PathOrFile, *, strict: bool = True, allow_unlabelled: bool 
   f, where, owned = open_source(path, name)
   prefix = id_prefix or os.path.splitext(os.path.basename(where))[0]
   report = ReadReport(where)
+
+  def parse(n, line, raw):
+    return _parse_json_line(raw, where, line, f"{prefix}-{n}", allow_unlabelled, report)
+
+  return read_records(_json_lines(f, where), parse, report, strict=strict, close=f if owned else None)
+
+
+def read_records(items: Iterable[tuple], parse: Callable[..., Record], report: ReadReport, *, strict: bool,
+                 close: Any = None) -> Records:
+  """The loop of the record readers (JSON lines here, CasRel's array in relations.py): `parse(*item)` for each
+  item; a DataError stops the read (strict) or skips that record, counted by reason (`report.skip`); errors of the
+  items themselves (a bad byte, malformed JSON around a record) always stop it. `close` (a file, or None) is closed
+  at the end either way. -> `report.finish(records)`."""
   records: list[Record] = []
-  n = 0
   try:
-    for line, raw in text_lines(f, where):
-      if not raw.strip():
-        continue
-      n += 1
+    for item in items:
       try:
-        records.append(_parse_json_line(raw, where, line, f"{prefix}-{n - 1}", allow_unlabelled, report))
+        records.append(parse(*item))
       except DataError as e:
         if strict:
           raise
         report.skip(e)
   finally:
-    if owned:
-      f.close()
+    if close is not None:
+      close.close()
   return report.finish(records)
+
+
+def _json_lines(f, where: str):
+  """(record number from 0, true line, line) of each non-blank line."""
+  n = 0
+  for line, raw in text_lines(f, where):
+    if raw.strip():
+      yield n, line, raw
+      n += 1
 
 
 def _parse_json_line(raw: str, where: str, line: int, default_id: str, allow_unlabelled: bool,

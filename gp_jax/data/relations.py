@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 from gp_jax.data import cblue
+from gp_jax.data.jsonl import read_records
 from gp_jax.data.readers import DataError, PathOrFile, ReadReport, Records, is_cjk
 from gp_jax.data.types import Entity, Record, Relation
 
@@ -170,18 +171,10 @@ def read_casrel(path: PathOrFile, *, strict: bool = True, allow_unlabelled: bool
     f, where, owned = path, name or str(getattr(path, "name", "<stream>")), False
   prefix = id_prefix or os.path.splitext(os.path.basename(where))[0]
   report = ReadReport(where)
-  records: list[Record] = []
-  try:
-    for index, line, obj in cblue.iter_json_array(f, source=where, expected=CASREL_EXPECTED, chunk_chars=chunk_chars):
-      try:
-        records.append(casrel_record(obj, id=f"{prefix}-{index}", where=where, line=line, index=index,
-                                     allow_unlabelled=allow_unlabelled, alignments=report.alignments,
-                                     merged=report.merged))
-      except DataError as e:
-        if strict:
-          raise
-        report.skip(e)
-  finally:
-    if owned:
-      f.close()
-  return report.finish(records)
+  items = cblue.iter_json_array(f, source=where, expected=CASREL_EXPECTED, chunk_chars=chunk_chars)
+
+  def parse(index, line, obj):
+    return casrel_record(obj, id=f"{prefix}-{index}", where=where, line=line, index=index,
+                         allow_unlabelled=allow_unlabelled, alignments=report.alignments, merged=report.merged)
+
+  return read_records(items, parse, report, strict=strict, close=f if owned else None)
