@@ -21,6 +21,7 @@ A task provides (the shared path calls nothing else; `tasks.get(name)` returns i
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -66,6 +67,26 @@ def pointer_config_refusal(config, *, task: str, pointers: str) -> str | None:
   return None
 
 
+def save_label_file(workdir, filename: str, labels) -> None:
+  """A task's labels as a JSON list in workdir/`filename` (beside types.json). Storage is imported here only (the
+  host halves import this module and never write a workdir)."""
+  from gp_jax import storage  # pylint: disable=g-import-not-at-top
+
+  storage.write_json(storage.path(workdir) / filename, list(labels))
+
+
+def load_label_file(workdir, filename: str, *, task: str, what: str) -> tuple[str, ...]:
+  """The labels `save_label_file` wrote; a missing file is the user's error naming the task and `what` it keeps
+  there (e.g. "relation types")."""
+  from gp_jax import storage  # pylint: disable=g-import-not-at-top
+  from gp_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+
+  path = storage.path(workdir) / filename
+  if not path.exists():
+    raise UserError(f"{path}: missing: a task={task} workdir keeps its {what} there")
+  return tuple(json.loads(path.read_text()))
+
+
 def run_grown(run, arrays, *, sizes, pointers):
   """Every hit of an exported program's pointers: `run(arrays, sizes)` -> its outputs by name ("<pointer>_count",
   "_coords", "_scores" per pointer, from buffers of `sizes`). A buffer too small for its count grows (`grown_sizes`,
@@ -85,4 +106,5 @@ def run_grown(run, arrays, *, sizes, pointers):
   return hits, sizes
 
 
-__all__ = ["RESULT_KEYS", "flat_result", "grown_sizes", "trimmed", "run_grown", "pointer_config_refusal"]
+__all__ = ["RESULT_KEYS", "flat_result", "grown_sizes", "trimmed", "run_grown", "pointer_config_refusal",
+           "save_label_file", "load_label_file"]

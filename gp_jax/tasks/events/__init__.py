@@ -12,12 +12,9 @@ windows (`host.assemble`). Model: `models.events.EventModel` around `EventHead` 
 
 from __future__ import annotations
 
-import json
-
-from gp_jax import storage
 from gp_jax.data.events import event_types
 from gp_jax.errors import UserError
-from gp_jax.tasks.base import pointer_config_refusal
+from gp_jax.tasks.base import load_label_file, pointer_config_refusal, save_label_file
 from gp_jax.tasks.events import host, targets
 
 LABELS_FILE = "event_labels.json"  # a task=events workdir's event types, beside types.json
@@ -72,13 +69,10 @@ class EventTask:
     return tuple(prepared.table.types)
 
   def save_labels(self, workdir, labels) -> None:
-    storage.write_json(storage.path(workdir) / LABELS_FILE, list(labels))
+    save_label_file(workdir, LABELS_FILE, labels)
 
   def load_labels(self, workdir) -> tuple[str, ...]:
-    path = storage.path(workdir) / LABELS_FILE
-    if not path.exists():
-      raise UserError(f"{path}: missing: a task=events workdir keeps its event types there")
-    return tuple(json.loads(path.read_text()))
+    return load_label_file(workdir, LABELS_FILE, task="events", what="event types")
 
   def prepare(self, records, tokenizer, types, labels, **options):
     """Span form, `windows.prepare_split` and the split's event table (`PreparedSplit.table`; `host.prepare`)."""

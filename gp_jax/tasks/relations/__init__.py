@@ -11,15 +11,12 @@ over windows: a triple counts where the window that decides the span from its fi
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
-from gp_jax import storage
 from gp_jax.data.sources import relation_types as union_relation_types
 from gp_jax.data.windows import _ranges
 from gp_jax.errors import UserError
-from gp_jax.tasks.base import RESULT_KEYS, pointer_config_refusal
+from gp_jax.tasks.base import RESULT_KEYS, load_label_file, pointer_config_refusal, save_label_file
 from gp_jax.tasks.relations import host, table
 
 RELATION_TYPES_FILE = "relation_types.json"  # a task=relations workdir's relation types, beside types.json
@@ -95,13 +92,10 @@ class RelationTask:
     return tuple(prepared.table.types)
 
   def save_labels(self, workdir, labels) -> None:
-    storage.write_json(storage.path(workdir) / RELATION_TYPES_FILE, list(labels))
+    save_label_file(workdir, RELATION_TYPES_FILE, labels)
 
   def load_labels(self, workdir) -> tuple[str, ...]:
-    path = storage.path(workdir) / RELATION_TYPES_FILE
-    if not path.exists():
-      raise UserError(f"{path}: missing: a task=relations workdir keeps its relation types there")
-    return tuple(json.loads(path.read_text()))
+    return load_label_file(workdir, RELATION_TYPES_FILE, task="relations", what="relation types")
 
   def prepare(self, records, tokenizer, types, labels, **options):
     """`windows.prepare_split` and the split's relation table (`PreparedSplit.table`)."""
