@@ -22,7 +22,7 @@ from benchmarks.device_check.shapes import TRAINER_RUNS
 from gp_jax.data import corpora
 from gp_jax.data.sources import synthetic_records
 
-# Deferred imports below: torch and transformers (write_fake_bert) only when a fake checkpoint is written.
+# Deferred imports below: numpy, safetensors, tokenizers (write_fake_bert) only when a fake checkpoint is written.
 
 
 TRAINER_LABELS = {"cold": "cold", "warm": "warm", "warm_k1": "warm, one step per call (steps_per_execution=1)",
@@ -131,9 +131,18 @@ def parse_anchor_log(text: str) -> dict:
   return out
 
 
+# BertConfig's defaults (transformers 5) that config.json carries beside the architecture fields `hf` gives.
+BERT_CONFIG_DEFAULTS = {
+    "add_cross_attention": False, "architectures": ["BertModel"], "attention_probs_dropout_prob": 0.1,
+    "bos_token_id": None, "classifier_dropout": None, "dtype": "float32", "eos_token_id": None, "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1, "initializer_range": 0.02, "is_decoder": False, "layer_norm_eps": 1e-12,
+    "model_type": "bert", "pad_token_id": 0, "tie_word_embeddings": True, "type_vocab_size": 2, "use_cache": True}
+
+
 def write_fake_bert(folder: pathlib.Path, texts, *, hf: dict, lowercase: bool, word_pieces: bool) -> dict:
   """A BERT folder (config.json, model.safetensors, fast tokenizer) with random weights and a char vocabulary of
-  `texts` by frequency, written with transformers as a hub checkpoint would be; reused when its spec matches."""
+  `texts` by frequency, laid out as transformers saves a hub checkpoint; reused when its spec matches. Written with
+  safetensors and tokenizers alone: importing torch and transformers for it cost seconds a run."""
   chars = collections.Counter()
   for text in texts:
     chars.update(text.lower() if lowercase else text)
@@ -145,20 +154,79 @@ def write_fake_bert(folder: pathlib.Path, texts, *, hf: dict, lowercase: bool, w
   spec = {"hf": hf, "lowercase": lowercase, "vocab_rows": len(vocab), "vocab_head": "".join(vocab[5:200])}
   if (folder / "fake_bert.json").exists() and json.loads((folder / "fake_bert.json").read_text()) == spec:
     return dict(spec, reused=True)
-  import torch  # pylint: disable=g-import-not-at-top
-  from transformers import BertConfig, BertModel, BertTokenizerFast  # pylint: disable=g-import-not-at-top
-
   shutil.rmtree(folder, ignore_errors=True)
   folder.mkdir(parents=True)
   (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-  # Positional: transformers 4 calls it vocab_file, 5 vocab (and drops an unknown vocab_file, leaving 5 rows).
-  BertTokenizerFast(str(folder / "vocab.txt"), do_lower_case=lowercase).save_pretrained(folder)
-  if len(BertTokenizerFast.from_pretrained(folder)) != len(vocab):
-    raise RuntimeError(f"{folder}: the saved tokenizer lost its vocabulary ({len(vocab)} rows in vocab.txt)")
-  torch.manual_seed(0)
-  BertModel(BertConfig(**{k: v for k, v in hf.items() if k != "model_type"})).save_pretrained(folder)
+  tokenizer = _bert_tokenizer(vocab, lowercase=lowercase)
+  tokenizer.save(str(folder / "tokenizer.json"))
+  if tokenizer.get_vocab_size() != len(vocab):
+    raise RuntimeError(f"{folder}: the tokenizer lost rows of its vocabulary ({len(vocab)} in vocab.txt)")
+  special = {"cls_token": "[CLS]", "mask_token": "[MASK]", "pad_token": "[PAD]", "sep_token": "[SEP]",
+             "unk_token": "[UNK]"}
+  (folder / "tokenizer_config.json").write_text(json.dumps(
+      {"backend": "tokenizers", "do_lower_case": lowercase, "model_max_length": int(1e30), "strip_accents": None,
+       "tokenize_chinese_chars": True, "tokenizer_class": "BertTokenizer", **special}, indent=2, sort_keys=True))
+  config = {**BERT_CONFIG_DEFAULTS, **hf}
+  (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+  _save_random_bert(folder / "model.safetensors", config)
   (folder / "fake_bert.json").write_text(json.dumps(spec))
   return dict(spec, reused=False)
+
+
+def _bert_tokenizer(vocab: list[str], *, lowercase: bool):
+  """BertTokenizerFast's tokenizers pipeline over `vocab`: what its save_pretrained writes as tokenizer.json."""
+  # pylint: disable-next=g-import-not-at-top
+  from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+  tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]",
+                                   max_input_chars_per_word=100))
+  tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                              lowercase=lowercase)
+  tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+  cls, sep = ("[CLS]", vocab.index("[CLS]")), ("[SEP]", vocab.index("[SEP]"))
+  tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                     special_tokens=[cls, sep])
+  tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+  tok.add_special_tokens(vocab[:5])
+  return tok
+
+
+def _save_random_bert(path: pathlib.Path, c: dict) -> None:
+  """BertModel's weights as transformers initialises them (normal(0, initializer_range) matrices, the padding row
+  zero, LayerNorm 1 and 0, zero biases), under its names, in model.safetensors."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(0)
+  h, inner = c["hidden_size"], c["intermediate_size"]
+  out = {}
+
+  def normal(name, *shape):
+    out[name] = rng.normal(0.0, c["initializer_range"], shape).astype(np.float32)
+
+  def dense(name, n_out, n_in):  # torch Linear: [out, in]
+    normal(f"{name}.weight", n_out, n_in)
+    out[f"{name}.bias"] = np.zeros(n_out, np.float32)
+
+  def layer_norm(name):
+    out[f"{name}.weight"], out[f"{name}.bias"] = np.ones(h, np.float32), np.zeros(h, np.float32)
+
+  normal("embeddings.word_embeddings.weight", c["vocab_size"], h)
+  out["embeddings.word_embeddings.weight"][c["pad_token_id"]] = 0.0
+  normal("embeddings.position_embeddings.weight", c["max_position_embeddings"], h)
+  normal("embeddings.token_type_embeddings.weight", c["type_vocab_size"], h)
+  layer_norm("embeddings.LayerNorm")
+  for i in range(c["num_hidden_layers"]):
+    p = f"encoder.layer.{i}"
+    for name in ("query", "key", "value"):
+      dense(f"{p}.attention.self.{name}", h, h)
+    dense(f"{p}.attention.output.dense", h, h)
+    layer_norm(f"{p}.attention.output.LayerNorm")
+    dense(f"{p}.intermediate.dense", inner, h)
+    dense(f"{p}.output.dense", h, inner)
+    layer_norm(f"{p}.output.LayerNorm")
+  dense("pooler.dense", h, h)
+  save_file(out, str(path), metadata={"format": "pt"})
 
 
 def _f1(results: dict, split: str) -> float | None:
