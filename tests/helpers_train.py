@@ -1,7 +1,10 @@
-"""Shared helpers for the training tests: tiny configs, subprocess runs, checkpoint reading, one trained workdir."""
+"""Shared helpers for the training tests: tiny configs, subprocess runs, checkpoint reading, one trained workdir, the
+checks the relation and event e2e tests share."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 import subprocess
@@ -252,3 +255,105 @@ def train_synthetic(workdir: str) -> dict:
   from gp_jax import train
 
   return train.train_and_evaluate(tiny_config(num_train_steps=TRAINED_STEPS, **TRAINED_OVERRIDES), workdir)
+
+
+# ----------------------------------------------------------------------------- the pointer tasks' shared e2e checks
+
+
+def write_jsonl(path, records) -> str:
+  """`records` one JSON object a line at `path`; returns the path as a string."""
+  with open(path, "w", encoding="utf-8") as f:
+    for r in records:
+      f.write(json.dumps(r) + "\n")
+  return str(path)
+
+
+def pointer_rows(workdir: str, records: list[dict]) -> list[dict]:
+  """gp_jax.predict's jsonl rows for `records` ({"id", "text"}) from a trained workdir, read back as dicts."""
+  from gp_jax import predict
+
+  out = io.StringIO()
+  predict.write_jsonl(out, predict.predict_records(predict.Predictor(workdir), records))
+  return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def assert_k_steps_per_call_equal_one(tmp_path, *, task: str, data: str, steps: int = 16, k: int = 4) -> None:
+  """`task` on `data` (a synthetic source) trained in-process with steps_per_execution=1 and =k (dropout on): the
+  same losses at every step and the same final state, to the last bit; the k run takes fewer calls."""
+  from gp_jax import train
+
+  run = {"num_train_steps": steps, "checkpoint_every_steps": steps // 2, "eval_every_steps": steps // 2,
+         "batch_size": 16, "model.dropout": 0.1, "model.embed_dropout": 0.1, "data.name": data,
+         "data.max_eval_records": 24, "data.buckets": (), "data.max_len": 64}
+  out = {}
+  for per_call in (1, k):
+    workdir = str(tmp_path / f"k{per_call}")
+    summary = train.train_and_evaluate(tiny_config(task=task, steps_per_execution=per_call, **run), workdir)
+    losses = {}
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      for line in f:
+        m = json.loads(line)
+        if m.get("split") == "train":
+          losses[m["step"]] = m["loss"]
+    step, state = restore_state(workdir)
+    out[per_call] = (summary["train_calls"], losses, step, flat(state))
+  (calls1, l1, s1, st1), (calls_k, l_k, s_k, st_k) = out[1], out[k]
+  assert calls1 == steps and calls_k < steps
+  assert sorted(l1) == list(range(1, steps + 1)) and l1 == l_k
+  assert s1 == s_k and st1.keys() == st_k.keys()
+  assert all(np.array_equal(st1[name], st_k[name]) for name in st1)
+
+
+def assert_sigkill_resume_bit_exact(tmp_path, *, steps: int = 12, kill_step: int = 8, timeout: float = 180,
+                                    **run) -> None:
+  """`python -m gp_jax.main` with TINY + `run` (dropout on), SIGKILLed once its checkpoint of `kill_step` is on disk
+  and restarted, ends in the state and dev results of a run never killed (a 1-device process each)."""
+  run = {"num_train_steps": steps, "checkpoint_every_steps": 4, "batch_size": 24, "model.dropout": 0.1,
+         "model.embed_dropout": 0.1, "data.max_eval_records": 8, "data.max_len": 64, **run}
+  env = subprocess_env(devices=1)
+  ref_dir, run_dir = str(tmp_path / "reference"), str(tmp_path / "killed")
+  killed_beside_reference(ref_dir, run_dir, kill_step=kill_step, env=env, timeout=timeout, **run)
+  assert restore_state(run_dir)[0] == kill_step
+  resumed = run_main(run_dir, env=env, timeout=timeout, **run)
+  assert resumed.returncode == 0, resumed.stdout[-4000:]
+  (step_r, got), (step_ref, want) = [(s, flat(st)) for s, st in (restore_state(run_dir), restore_state(ref_dir))]
+  assert step_r == step_ref == steps and got.keys() == want.keys()
+  assert all(np.array_equal(got[k], want[k]) for k in want)
+  with open(os.path.join(run_dir, "results.json")) as f, open(os.path.join(ref_dir, "results.json")) as g:
+    assert json.load(f)["dev"] == json.load(g)["dev"]
+
+
+def export_pointer_workdir(workdir: str, out, *, task: str) -> dict:
+  """gp_jax.export of a relations or events workdir with hit buffers of 2: the manifest names the task and the three
+  pointers' outputs, and the program returns (count, coords [S, 4], scores [S]) per pointer, nothing shaped by B or
+  L (no dense scores). Returns the manifest."""
+  import jax
+
+  from gp_jax import export, tasks
+
+  manifest = export.export_workdir(workdir, str(out), hit_buffer=2)
+  assert manifest["task"] == task
+  assert manifest["hit_buffers"] == [2, 2, 2] and manifest["outputs"] == list(tasks.host(task).OUTPUTS)
+  exported = jax.export.deserialize(bytearray((out / "model.jax_export").read_bytes()))
+  assert [len(a.shape) for a in exported.out_avals] == [0, 2, 1] * 3
+  assert not any(str(d) in ("B", "L") for a in exported.out_avals for d in a.shape), exported.out_avals
+  return manifest
+
+
+def exported_rows(out, records: list[dict]) -> list[dict]:
+  """`gp_jax.predict --exported=out` (flax, orbax, ml_collections unimportable) on `records` as jsonl: its rows."""
+  from tests.e2e.test_export import _predict_cmd, _run
+
+  proc = _run(_predict_cmd(f"--exported={out}", "--input_format=jsonl", blocked=True),
+              stdin="".join(json.dumps(r) + "\n" for r in records))
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def assert_exported_buffers_grow(out, records: list[dict]) -> None:
+  """The exported program's hit buffers of 2 overflow on `records` and grow (rows are whole only if they did)."""
+  from gp_jax import serving
+
+  p = serving.ExportedPredictor(str(out))
+  p.predict([r["text"] for r in records])
+  assert all(size > 2 for size in p.model.hit_buffers), p.model.hit_buffers
