@@ -1,6 +1,10 @@
-"""Test setup: 8 fake CPU devices so sharding code runs on one machine; tests under tests/e2e/ get the `e2e`
-marker, as do tests elsewhere that read the real corpora or start worker subprocesses (unit tests alone:
-`pytest -m "not e2e"`)."""
+"""Test setup: 8 fake CPU devices so sharding code runs on one machine, and the `e2e` marker (unit tests alone:
+`pytest -m "not e2e"`). A test is e2e when it starts a process (a Python interpreter: a CLI, a trainer, a jax
+child; a daemon: SLURM, the GCS emulator), trains with the trainer (`train.train_and_evaluate`, in-process too),
+compiles with a real TPU or GPU compiler (libtpu, XLA:GPU), or reads a real corpus. Where it comes from: every test
+under tests/e2e/; `@pytest.mark.e2e` (or `pytestmark`) in the file; the fixtures of E2E_FIXTURES; the tests of
+E2E_TESTS. A unit test that starts a Python process fails (`_python_children_need_e2e`); shell tools (`git`,
+`bash -n`) are allowed."""
 
 import os
 
@@ -25,6 +29,8 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import pathlib  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -55,9 +61,18 @@ E2E_DIR = pathlib.Path(__file__).resolve().parent / "e2e"
 FIRST = ("test_slurm.py",)
 
 
+# Fixtures that make a test e2e: what they start or read.
+E2E_FIXTURES = {"shared_data": "reads a real corpus", "trained_workdir": "trains the tiny model",
+                "gcs_env": "a GCS emulator process", "cluster": "SLURM's daemons (tests/test_slurm.py)",
+                "scenarios": "SLURM jobs (tests/test_slurm.py)"}
+# Tests of files another change owns, e2e by the rule above.
+E2E_TESTS = {"tests/test_device_check.py::test_the_parent_imports_no_jax": "a fresh interpreter"}
+
+
 def pytest_collection_modifyitems(config, items):
   for item in items:
-    if E2E_DIR in pathlib.Path(str(item.path)).parents:
+    if (E2E_DIR in pathlib.Path(str(item.path)).parents or E2E_FIXTURES.keys() & set(item.fixturenames)
+        or item.nodeid.split("[")[0] in E2E_TESTS):
       item.add_marker(pytest.mark.e2e)
   rank = {name: i for i, name in enumerate(FIRST)}
   items.sort(key=lambda item: rank.get(pathlib.Path(str(item.path)).name, len(FIRST)))  # stable: the rest as found
@@ -79,3 +94,45 @@ def gcs_env():
 
   with emulator() as (_, env):
     yield env
+
+
+_unit_test = None  # the node id of the unit (not e2e) test being set up or run, else None
+_popen_init = subprocess.Popen.__init__
+
+
+def _starts_python(args) -> bool:
+  argv0 = str(args if isinstance(args, (str, bytes, os.PathLike)) else args[0])
+  argv0 = argv0.split()[0] if isinstance(args, str) else argv0
+  name = os.path.basename(argv0)
+  return name.startswith("python") or os.path.dirname(os.path.abspath(argv0)) == os.path.dirname(sys.executable)
+
+
+def _guarded_popen_init(self, args, *a, **kw):
+  if _unit_test is not None and _starts_python(args):
+    raise RuntimeError(f"{_unit_test} starts a Python process ({args if isinstance(args, str) else args[0]}) "
+                       "but has no e2e marker: add @pytest.mark.e2e (tests/conftest.py says what is e2e), or test "
+                       "the code in-process")
+  _popen_init(self, args, *a, **kw)
+
+
+subprocess.Popen.__init__ = _guarded_popen_init
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+  global _unit_test
+  _unit_test = None if item.get_closest_marker("e2e") else item.nodeid
+  try:
+    yield
+  finally:
+    _unit_test = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+  global _unit_test
+  _unit_test = None if item.get_closest_marker("e2e") else item.nodeid
+  try:
+    yield
+  finally:
+    _unit_test = None

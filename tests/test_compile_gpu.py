@@ -40,6 +40,7 @@ def test_gpu_types_map_to_hosts_of_eight(monkeypatch):
       accelerators.accelerator_slice(bad)
 
 
+@pytest.mark.e2e  # runs launch.compile
 def test_the_gpu_compiler_lives_outside_the_environment(monkeypatch, tmp_path):
   monkeypatch.setenv("GP_JAX_GPU_COMPILER", str(tmp_path))
   monkeypatch.setattr(accelerators, "ENV_GPU_PLUGINS", ())  # another test of this process may have put one on sys.path
@@ -51,6 +52,7 @@ def test_the_gpu_compiler_lives_outside_the_environment(monkeypatch, tmp_path):
   assert out.returncode == 1 and "XLA:GPU is not installed in" in out.stderr, out.stderr
 
 
+@pytest.mark.e2e  # compiles with XLA:GPU
 @needs_gpu_compiler
 def test_tiny_steps_compile_for_h100_with_memory_against_the_allocator(tmp_path):
   from benchmarks import hlo_traffic
@@ -72,6 +74,7 @@ def test_tiny_steps_compile_for_h100_with_memory_against_the_allocator(tmp_path)
   assert len(ks) > 20 and not loops and all(k.scatter_dtype != "bf16" for k in ks)
 
 
+@pytest.mark.e2e  # compiles with XLA:GPU, runs launch.compile
 @needs_gpu_compiler
 def test_a_step_past_the_allocator_exits_2():
   out = subprocess.run([sys.executable, "-m", "launch.compile", f"--config={SYNTHETIC}", "--accelerator_type=h200-1",
@@ -84,6 +87,7 @@ def test_a_step_past_the_allocator_exits_2():
   assert re.fullmatch(r"compiled 1 program in [\d.]+ s wall, [\d.]+ s of compile summed, 1 thread", lines[-1])
 
 
+@pytest.mark.e2e  # compiles with XLA:GPU
 @needs_gpu_compiler
 def test_bf16_embedding_gradient_has_no_bf16_scatter_on_xla_gpu():
   """The token-type table's gradient compiled for an H100: nnx.Embed's bf16 lookup becomes a bf16 scatter-add (24 ms
@@ -113,6 +117,7 @@ def test_bf16_embedding_gradient_has_no_bf16_scatter_on_xla_gpu():
   assert scatters(layers.embed) == ["f32"]
 
 
+@pytest.mark.e2e  # compiles with XLA:GPU
 @needs_gpu_compiler
 def test_a_gemm_without_a_triton_tiling_is_compiled_with_cublas_and_says_so():
   """Efficient GlobalPointer at L 75: without autotuning XLA:GPU finds no Triton tiling for the transposed GEMM of

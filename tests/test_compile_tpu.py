@@ -75,6 +75,7 @@ def test_failure_reasons_name_hbm_vmem_mosaic_and_refusals():
   assert failures.failure(KeyError("surprise"), config) is None
 
 
+@pytest.mark.e2e  # compiles with libtpu
 @needs_libtpu
 def test_tiny_train_step_with_splash_and_pallas_compiles_for_v5litepod_data_x_fsdp():
   row, = _rows("v5litepod-8", [*KERNELS, "--config.mesh.data=4", "--config.mesh.fsdp=2"])
@@ -104,6 +105,7 @@ def _vmem_row(accelerator_type):
   return row
 
 
+@pytest.mark.e2e  # compiles with libtpu
 @needs_libtpu
 def test_zlpr_loss_runs_out_of_vmem_on_v5e():
   v5e = _vmem_row("v5litepod-8")
@@ -111,12 +113,14 @@ def test_zlpr_loss_runs_out_of_vmem_on_v5e():
   assert "(loss.block_size=1024: 512 x 512 tiles on v5e)" in v5e.reason and v5e.hbm_bytes is None
 
 
+@pytest.mark.e2e  # compiles with libtpu
 @needs_libtpu
 def test_the_same_zlpr_loss_compiles_on_v6e():
   v6e = _vmem_row("v6e-8")
   assert v6e.status == "compiled" and v6e.kernels == 3, v6e.line()
 
 
+@pytest.mark.e2e  # compiles with libtpu
 @needs_libtpu
 def test_points_that_build_the_same_program_compile_once(tmp_path):
   exp = tmp_path / "seeds.py"
@@ -127,6 +131,7 @@ def test_points_that_build_the_same_program_compile_once(tmp_path):
   assert second.same_as == first.point and second.hbm_bytes == first.hbm_bytes and second.point != first.point
 
 
+@pytest.mark.e2e  # compiles with libtpu, runs launch.compile
 @needs_libtpu
 def test_a_point_that_cannot_fit_exits_2_and_the_dry_run_refuses(tmp_path, capfd):
   out = subprocess.run([sys.executable, "-m", "launch.compile", f"--config={SYNTHETIC}",

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import ml_collections
+import pytest
 
 from gp_jax.configs import __main__ as fields_cli
 from gp_jax.configs import base
@@ -54,6 +55,7 @@ def test_every_leaf_field_is_listed_with_its_default_and_comment(capsys):
   assert not no_comment, f"fields of gp_jax/configs/base.py without a one-line comment: {no_comment}"
 
 
+@pytest.mark.e2e  # runs python -m gp_jax.configs
 def test_bert_defaults_and_an_experiments_values():
   text = "\n".join(fields_cli.listing())
   bert = base.get_config(encoder="bert")

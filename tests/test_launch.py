@@ -240,6 +240,7 @@ def test_tpu_run_refuses_a_point_that_would_not_start(tmp_path, capsys):
   assert rc == 2 and "refused: 2 of 2 points" in capsys.readouterr().err
 
 
+@pytest.mark.e2e  # a fresh interpreter
 def test_experiment_files_load_from_any_folder_without_sys_path(tmp_path):
   """A file of a package folder imports its siblings (experiments/head_ablation.py imports rope_ablation) from
   another working directory, and nothing is added to sys.path; a plain file loads afresh on every call."""
@@ -420,6 +421,7 @@ def test_workers_script_runs_points_skipping_finished(tmp_path):
   assert "nothing left (every point finished)" in open(os.path.join(root, "_launch", "logs", worker_log)).read()
 
 
+@pytest.mark.e2e  # the preflight runs launch.compile (libtpu)
 def test_tpu_dry_run_prints_commands(tmp_path, capsys):
   config = "experiments/synthetic.py:quick"
   rc = tpu.main(["run", "--tpu=pod", "--zone=z", "--project=p", f"--config={config}", "--workdir=/local/runs",
@@ -478,6 +480,7 @@ def _declared_flags(module) -> list[str]:
   return out
 
 
+@pytest.mark.e2e  # runs three CLIs
 def test_every_cli_help_lists_its_own_flags(capsys):
   from launch import compile as compile_cli
   from launch import report, worker

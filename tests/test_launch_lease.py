@@ -19,6 +19,8 @@ import pytest
 from gp_jax import lease as lease_lib
 from tests.helpers_gcs import emulator, fault_counts, set_faults
 
+# Every test starts a process (the GCS emulator, workers, a lock or lease holder, gp_jax.main).
+pytestmark = pytest.mark.e2e
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POINTS = 8
 BEAT = 0.3  # heartbeat seconds in these tests; stale after 3 missed beats
@@ -181,14 +183,12 @@ def _run_pool(root: str, tmp_path, extra_env: dict) -> None:
   assert took_over == 1  # the killed worker's point
 
 
-@pytest.mark.e2e
 def test_four_workers_local_one_killed(tmp_path):
   _run_pool(str(tmp_path / "sweep"), tmp_path, {})
   assert not any((tmp_path / "sweep" / d / "_launch").exists() for d in os.listdir(tmp_path / "sweep")
                  if d != "_launch")
 
 
-@pytest.mark.e2e
 def test_four_workers_gcs_one_killed(gcs, tmp_path):
   _run_pool("gs://bucket/pool", tmp_path, gcs[1])
 
@@ -276,7 +276,6 @@ def _refusal(out) -> str:
   return err[0]
 
 
-@pytest.mark.e2e
 def test_second_main_on_a_plain_workdir_refuses_and_writes_nothing_beside_it(tmp_path):
   """A plain local workdir held by a live process (its lock): gp_jax.main exits 2 in one line naming the holder,
   before touching JAX state; the lock file is the only thing written, inside the workdir."""
@@ -294,7 +293,6 @@ def test_second_main_on_a_plain_workdir_refuses_and_writes_nothing_beside_it(tmp
   assert os.listdir(tmp_path) == ["run"] and os.listdir(workdir) == ["run.lock"]
 
 
-@pytest.mark.e2e
 def test_main_under_a_sweep_root_respects_a_live_workers_lease_and_takes_a_dead_ones(tmp_path):
   """A point of a sweep root (ROOT/_launch/ exists): a live worker's lease refuses gp_jax.main; the lease of a worker
   SIGKILLed on this host is taken over at once (lease timings of an hour), and the run finishes."""

@@ -165,6 +165,7 @@ def _stopped(code: str, tmp_path, *, signal_after: str | None = None):
   return child.returncode, out, err
 
 
+@pytest.mark.e2e  # a child process, signalled
 def test_a_second_ctrl_c_stops_at_once_with_one_line(tmp_path):
   rc, out, err = _stopped(SECOND_CTRL_C, tmp_path)
   assert rc == runtime.EXIT_INTERRUPTED == 130 and out == "asked\n"
@@ -172,6 +173,7 @@ def test_a_second_ctrl_c_stops_at_once_with_one_line(tmp_path):
                                       "step. Rerun the same command to resume from the last checkpoint"], err
 
 
+@pytest.mark.e2e  # a child process, signalled
 def test_ctrl_c_outside_the_steps_stops_at_once_though_a_thread_pool_never_ends(tmp_path):
   rc, _, err = _stopped(CTRL_C_WHILE_WAITING, tmp_path, signal_after="waiting")
   assert rc == 130 and err.strip().splitlines()[-1].startswith("interrupted: Ctrl-C outside the training steps"), err

@@ -110,6 +110,7 @@ def test_crf_transitions_learn_at_the_multiplier():
   assert optim.param_labels(params, crf_multiplier=True) == {"encoder": {"w": "encoder"}, "head": {"q": "head"}}
 
 
+@pytest.mark.e2e  # runs python -m gp_jax.main
 def test_main_refused_config_is_one_line_and_exit_2(tmp_path):
   out = subprocess.run([sys.executable, "-m", "gp_jax.main", "--config=experiments/su2022.py:dataset=msra",
                         f"--workdir={tmp_path / 'w'}"], cwd=ht.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -265,6 +265,7 @@ def test_choose_takes_the_best_f1_and_the_value_nearest_zero_among_ties():
   assert 0.0 in threshold_lib.GRID and len(threshold_lib.GRID) == 41
 
 
+@pytest.mark.e2e  # trains (train.train_and_evaluate)
 def test_tuned_threshold_and_ema_weights_in_a_run(tmp_path):
   """A run with EMA and tune_threshold: best/ holds the EMA weights; the scan's F1 at 0 and at the chosen value
   equal real decodes at those thresholds; threshold.json is what `tuned_threshold` returns while best/ holds
@@ -308,6 +309,7 @@ def test_tuned_threshold_and_ema_weights_in_a_run(tmp_path):
   assert threshold_lib.tuned_threshold(str(tmp_path / "nowhere")) is None
 
 
+@pytest.mark.e2e  # trains (train.train_and_evaluate)
 def test_tune_threshold_does_not_apply_to_taggers(tmp_path):
   from gp_jax import train
 

@@ -271,6 +271,7 @@ def test_default_dirs(monkeypatch):
   assert corpora.default_data_dir() == pathlib.Path("/y")
 
 
+@pytest.mark.e2e  # a fresh interpreter builds a corpus
 def test_builds_and_reads_without_tensorflow(tmp_path):
   """In a fresh interpreter where `import tensorflow` fails, build and read a corpus."""
   manual = conll_manual(tmp_path / "conll")
@@ -425,6 +426,7 @@ def test_msra_from_the_package_index_says_so(tmp_path, monkeypatch, caplog):
   assert [m for m in (r.getMessage() for r in caplog.records) if m.startswith("Data msra")] == data
 
 
+@pytest.mark.e2e  # a fresh interpreter builds a corpus
 def test_a_build_off_a_terminal_writes_no_progress_bars(tmp_path):
   """Building a corpus with stderr in a file: TFDS's tqdm bars (carriage returns, escape codes) stay off."""
   manual = conll_manual(tmp_path / "conll")
