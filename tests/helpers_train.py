@@ -282,9 +282,11 @@ def assert_k_steps_per_call_equal_one(tmp_path, *, task: str, data: str, steps: 
   same losses at every step and the same final state, to the last bit; the k run takes fewer calls."""
   from gp_jax import train
 
+  # An evaluation mid-run and at the end, on 8 records in batches of 8: at TINY's 64 rows a batch, the pointer heads'
+  # evaluation programs were most of the test's time.
   run = {"num_train_steps": steps, "checkpoint_every_steps": steps // 2, "eval_every_steps": steps // 2,
          "batch_size": 16, "model.dropout": 0.1, "model.embed_dropout": 0.1, "data.name": data,
-         "data.max_eval_records": 24, "data.buckets": (), "data.max_len": 64}
+         "data.max_eval_records": 8, "eval_batch_size": 8, "data.buckets": (), "data.max_len": 64}
   out = {}
   for per_call in (1, k):
     workdir = str(tmp_path / f"k{per_call}")
@@ -309,7 +311,7 @@ def assert_sigkill_resume_bit_exact(tmp_path, *, steps: int = 12, kill_step: int
   """`python -m gp_jax.main` with TINY + `run` (dropout on), SIGKILLed once its checkpoint of `kill_step` is on disk
   and restarted, ends in the state and dev results of a run never killed (a 1-device process each)."""
   run = {"num_train_steps": steps, "checkpoint_every_steps": 4, "batch_size": 24, "model.dropout": 0.1,
-         "model.embed_dropout": 0.1, "data.max_eval_records": 8, "data.max_len": 64, **run}
+         "model.embed_dropout": 0.1, "data.max_eval_records": 8, "eval_batch_size": 8, "data.max_len": 64, **run}
   env = subprocess_env(devices=1)
   ref_dir, run_dir = str(tmp_path / "reference"), str(tmp_path / "killed")
   killed_beside_reference(ref_dir, run_dir, kill_step=kill_step, env=env, timeout=timeout, **run)
