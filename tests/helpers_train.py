@@ -311,7 +311,7 @@ def assert_sigkill_resume_bit_exact(tmp_path, *, steps: int = 12, kill_step: int
   """`python -m gp_jax.main` with TINY + `run` (dropout on), SIGKILLed once its checkpoint of `kill_step` is on disk
   and restarted, ends in the state and dev results of a run never killed (a 1-device process each)."""
   run = {"num_train_steps": steps, "checkpoint_every_steps": 4, "batch_size": 24, "model.dropout": 0.1,
-         "model.embed_dropout": 0.1, "data.max_eval_records": 8, "eval_batch_size": 8, "data.max_len": 64, **run}
+         "model.embed_dropout": 0.1, "data.max_eval_records": 8, "data.max_len": 64, **run}
   env = subprocess_env(devices=1)
   ref_dir, run_dir = str(tmp_path / "reference"), str(tmp_path / "killed")
   killed_beside_reference(ref_dir, run_dir, kill_step=kill_step, env=env, timeout=timeout, **run)
