@@ -1,10 +1,10 @@
 """Test setup: 8 fake CPU devices so sharding code runs on one machine, and the `e2e` marker (unit tests alone:
 `pytest -m "not e2e"`). A test is e2e when it starts a process (a Python interpreter: a CLI, a trainer, a jax
-child; a daemon: SLURM, the GCS emulator), trains with the trainer (`train.train_and_evaluate`, in-process too),
-compiles with a real TPU or GPU compiler (libtpu, XLA:GPU), or reads a real corpus. Where it comes from: every test
-under tests/e2e/; `@pytest.mark.e2e` (or `pytestmark`) in the file; the fixtures of E2E_FIXTURES; the tests of
-E2E_TESTS. A unit test that starts a Python process fails (`_python_children_need_e2e`); shell tools (`git`,
-`bash -n`) are allowed."""
+child; a daemon: SLURM, the GCS emulator), trains a model (the trainer's `train.train_and_evaluate`, or a test's
+own loop that must learn or fit), compiles with a real TPU or GPU compiler (libtpu, XLA:GPU), or reads a real
+corpus. The marker comes from: the folder tests/e2e/; `@pytest.mark.e2e` or `pytestmark` in the file; a fixture of
+E2E_FIXTURES; E2E_TESTS (files owned elsewhere). A unit test that starts a Python process fails, naming the marker
+(`_guarded_popen_init`); shell tools (`git`, `bash -n`) are allowed."""
 
 import os
 
@@ -66,7 +66,8 @@ E2E_FIXTURES = {"shared_data": "reads a real corpus", "trained_workdir": "trains
                 "gcs_env": "a GCS emulator process", "cluster": "SLURM's daemons (tests/test_slurm.py)",
                 "scenarios": "SLURM jobs (tests/test_slurm.py)"}
 # Tests of files another change owns, e2e by the rule above.
-E2E_TESTS = {"tests/test_device_check.py::test_the_parent_imports_no_jax": "a fresh interpreter"}
+E2E_TESTS = {"tests/test_device_check.py::test_the_parent_imports_no_jax": "a fresh interpreter",
+             "tests/models/test_event_head.py::test_tiny_model_learns_overlapping_events": "trains a model"}
 
 
 def pytest_collection_modifyitems(config, items):

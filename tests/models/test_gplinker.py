@@ -165,8 +165,9 @@ def test_entity_blockwise_loss_equals_dense_and_pointers_refuse_blocks():
   rng = np.random.default_rng(0)
   kw = dict(entity_ids=jnp.asarray(random_ids(rng, B, 2, L, 4)), head_ids=jnp.asarray(random_ids(rng, B, 3, L, 4)),
             tail_ids=jnp.asarray(random_ids(rng, B, 3, L, 4)), positions=jnp.asarray(positions))
-  dense = head.losses(jnp.asarray(x), jnp.asarray(am), **kw)
-  blocks = head.losses(jnp.asarray(x), jnp.asarray(am), block_size=8, implementation="xla", **kw)
+  dense = nnx.jit(lambda h, x, am, kw: h.losses(x, am, **kw))(head, jnp.asarray(x), jnp.asarray(am), kw)  # one program
+  blocks = nnx.jit(lambda h, x, am, kw: h.losses(x, am, block_size=8, implementation="xla", **kw))(
+      head, jnp.asarray(x), jnp.asarray(am), kw)
   for name in dense:
     assert float(blocks[name]) == pytest.approx(float(dense[name]), rel=1e-5), name
   with pytest.raises(ValueError, match="upper triangle"):
@@ -178,9 +179,11 @@ def test_entity_blockwise_loss_equals_dense_and_pointers_refuse_blocks():
 def test_decode_hits_against_su_loops(efficient):
   head, x, am, positions = make_case(5, B=3, L=10, D=8, E=2, R=4, d=4, efficient=efficient, pointer_rope=True)
   x *= 3  # scores of both signs, many hits
-  args = (jnp.asarray(x), jnp.asarray(am))
-  scores = [np.asarray(s) for s in head(*args, positions=jnp.asarray(positions))]
-  hits = head.decode_hits(*args, positions=jnp.asarray(positions), sizes=(512, 2048, 2048), threshold=0.1)
+  args = (jnp.asarray(x), jnp.asarray(am), jnp.asarray(positions))
+  # jitted: op by op, every op compiles on its own
+  scores = [np.asarray(s) for s in nnx.jit(lambda h, x, am, pos: h(x, am, positions=pos))(head, *args)]
+  hits = nnx.jit(lambda h, x, am, pos: h.decode_hits(x, am, positions=pos, sizes=(512, 2048, 2048), threshold=0.1))(
+      head, *args)
   assert all(int(h[0]) <= len(h[1]) for h in hits)
   got = assemble_triples(*hits, subject_types={0}, object_types={1})
   want = su_decode(*scores, am, threshold=0.1, subject_types={0}, object_types={1})
@@ -249,6 +252,7 @@ def triple_f1(pred, gold):
   return 2 * tp / (len(pred) + len(gold)) if pred or gold else 1.0
 
 
+@pytest.mark.e2e  # trains a model until it learns
 @pytest.mark.parametrize("efficient", [True, False])
 def test_tiny_model_learns_synthetic_relations(efficient):
   """Random embeddings + the head learn subject/object roles, entity-pair and single-entity overlaps: triple F1 1.0

@@ -131,6 +131,7 @@ def fit(model, hidden, mask, tags, *, steps, learning_rate):
 
 @pytest.mark.parametrize("cls,scheme", [(SoftmaxTagger, "BIO"), (CrfTagger, "BIOES")],
                          ids=["softmax-BIO", "crf-BIOES"])
+@pytest.mark.e2e  # trains a model (300 steps) until it fits
 def test_training_fits_gold_tags(cls, scheme):
   # Random hidden states, fixed tags: both taggers must fit them exactly. Row 2 has no content.
   rng = np.random.default_rng(3)
