@@ -17,17 +17,15 @@ SPANS = {"肺炎支原体感染": "dis", "肺炎": "dis", "支原体": "mic", "�
 
 
 def _tiny_chinese_bert(directory):
-  """transformers BertConfig/BertModel.save_pretrained (1 layer, hidden 32) + a char WordPiece vocab."""
-  from transformers import BertConfig, BertModel, BertTokenizerFast
+  """A random BERT folder as transformers saves one (1 layer, hidden 32, a lowercasing char WordPiece vocab), written
+  by the device check's writer (safetensors and tokenizers: no torch import)."""
+  import pathlib
 
-  os.makedirs(directory, exist_ok=True)
-  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *dict.fromkeys(CHARS)]
-  with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
-    f.write("\n".join(vocab) + "\n")
-  BertTokenizerFast(os.path.join(directory, "vocab.txt"), do_lower_case=True).save_pretrained(directory)
-  cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                   intermediate_size=64, max_position_embeddings=64)
-  BertModel(cfg, add_pooling_layer=False).save_pretrained(directory, safe_serialization=True)
+  from benchmarks.device_check.trainer import write_fake_bert
+
+  hf = {"vocab_size": None, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "intermediate_size": 64, "max_position_embeddings": 64}
+  write_fake_bert(pathlib.Path(directory), [CHARS], hf=hf, lowercase=True, word_pieces=False)
 
 
 def _cblue_file(path, n):
