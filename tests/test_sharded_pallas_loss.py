@@ -10,9 +10,11 @@ from tests import helpers_train as ht
 
 
 def config(implementation, head):
-  # max_len 48 with block_size 16: three row blocks; optimizer.eps as in test_sharding (a linear update).
+  # max_len 48 with block_size 16: three row blocks; optimizer.eps as in test_sharding (a linear update). One encoder
+  # layer: the loss is what differs between the two steps, a deeper encoder only adds compile time.
   return ht.tiny_config(**{"loss.block_size": 16, "loss.implementation": implementation, "model.head": head,
-                           "optimizer.warmup_steps": 0, "optimizer.eps": 1e-3, "batch_size": 8})
+                           "optimizer.warmup_steps": 0, "optimizer.eps": 1e-3, "batch_size": 8,
+                           "model.num_layers": 1})
 
 
 @pytest.mark.parametrize("head,data,fsdp", [("standard", 8, 1), ("efficient", 4, 2)])

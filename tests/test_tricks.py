@@ -31,9 +31,9 @@ def data():
   return tokenizer, types, batches
 
 
-def _run(config, data, n: int, *, fsdp: int = 1, shardings: dict | None = None):
+def _run(config, data, n: int, *, fsdp: int = 1, shardings: dict | None = None, states: list | None = None):
   """(initial params, [params after each step], final state, [metrics]) of `n` jitted steps, as numpy.
-  `shardings`, when given, receives the final state's shardings."""
+  `shardings`, when given, receives the final state's shardings; `states`, the state after each step."""
   tokenizer, types, batches = data
   mesh = shd.make_mesh(-1, fsdp)
   setup, params = state_lib.init_model(config, tokenizer, types, mesh)
@@ -45,10 +45,20 @@ def _run(config, data, n: int, *, fsdp: int = 1, shardings: dict | None = None):
   for batch in batches[:n]:
     state, m = step_fn(state, shd.global_batch(batch, mesh))
     after.append(jax.tree.map(np.asarray, state["params"]))
+    if states is not None:
+      states.append(jax.tree.map(np.asarray, state))
     metrics.append(jax.tree.map(np.asarray, m))
   if shardings is not None:
     shardings.update(jax.tree.map(lambda x: x.sharding, state))
   return init, after, jax.tree.map(np.asarray, state), metrics
+
+
+@pytest.fixture(scope="module")
+def plain(data):
+  """The plain step (no EMA, no adversarial term) over three batches, built once for the tests that compare to it:
+  (the `_run` tuple, [state after each step])."""
+  states = []
+  return _run(ht.tiny_config(), data, 3, states=states), states
 
 
 def _assert_trees_equal(a, b):
@@ -61,7 +71,7 @@ def _assert_trees_equal(a, b):
 # ----------------------------------------------------------------------------- EMA
 
 
-def test_ema_is_the_numpy_recurrence_and_leaves_training_alone(data):
+def test_ema_is_the_numpy_recurrence_and_leaves_training_alone(data, plain):
   decay = 0.8  # strong, so three steps move the EMA far from both the start and the parameters
   init, after, state, _ = _run(ht.tiny_config(**{"optimizer.ema_decay": decay}), data, 3)
   want = {k: v.astype(np.float64) for k, v in ht.flat(init).items()}
@@ -75,9 +85,9 @@ def test_ema_is_the_numpy_recurrence_and_leaves_training_alone(data):
   assert any(not np.allclose(got[k], moved[k]) for k in got)
 
   # EMA off: no state entry, and the parameters, optimizer state, step and RNG are exactly the EMA run's.
-  _, _, plain, _ = _run(ht.tiny_config(), data, 3)
-  assert "ema" not in plain
-  _assert_trees_equal({k: v for k, v in state.items() if k != "ema"}, plain)
+  (_, _, plain_state, _), _ = plain
+  assert "ema" not in plain_state
+  _assert_trees_equal({k: v for k, v in state.items() if k != "ema"}, plain_state)
 
 
 def test_ema_warmup_is_the_tf_num_updates_recurrence(data):
@@ -118,14 +128,19 @@ def _model_loss(data, config):
   return params, jax.jit(loss), jax.jit(jax.grad(loss, argnums=1)), zeros
 
 
+@pytest.fixture(scope="module")
+def model_loss(data):
+  """`_model_loss` of the tiny model without dropout, compiled once for the tests that use that config."""
+  return _model_loss(data, ht.tiny_config(**NO_DROPOUT))
+
+
 def _np_unit(g, scale):
   g = np.asarray(g, np.float64)
   return scale * g / np.sqrt(np.sum(g * g))
 
 
-def test_fgm_perturbation_is_epsilon_g_over_its_norm(data):
-  config = ht.tiny_config(**NO_DROPOUT)
-  params, loss, delta_grad, zeros = _model_loss(data, config)
+def test_fgm_perturbation_is_epsilon_g_over_its_norm(model_loss):
+  params, loss, delta_grad, zeros = model_loss
   g = np.asarray(delta_grad(params, zeros), np.float64)
   assert np.sqrt(np.sum(g * g)) > 0
   # g is the loss's gradient w.r.t. the embedding output: the slope along g / ||g|| is ||g||.
@@ -147,9 +162,8 @@ def test_fgm_perturbation_is_epsilon_g_over_its_norm(data):
     np.testing.assert_allclose(ht.flat(grads)[k], v, rtol=1e-4, atol=1e-6, err_msg=k)
 
 
-def test_pgd_perturbation_is_the_projected_numpy_loop(data):
-  config = ht.tiny_config(**NO_DROPOUT)
-  params, loss, delta_grad, zeros = _model_loss(data, config)
+def test_pgd_perturbation_is_the_projected_numpy_loop(model_loss):
+  params, loss, delta_grad, zeros = model_loss
   eps, alpha, k = 0.5, 0.3, 3
   _, _, _, r = steps.adversarial_grads(loss, params, zeros, steps.Adversarial("pgd", eps, steps=k, alpha=alpha))
   want = np.zeros(zeros.shape)
@@ -164,10 +178,11 @@ def test_pgd_perturbation_is_the_projected_numpy_loop(data):
   np.testing.assert_allclose(np.asarray(r), want, rtol=1e-4, atol=1e-7)
 
 
-def test_adversarial_step_is_clean_plus_adversarial_in_one_update(data):
-  """The jitted step with FGM: loss = L(0) + L(r), parameters = one optax update with the summed gradients."""
+def test_adversarial_step_is_clean_plus_adversarial_in_one_update(data, model_loss):
+  """The jitted step with FGM: loss = L(0) + L(r), parameters = one optax update with the summed gradients. The
+  reference is the plain config's model (the adversarial settings do not change the model or its initial values)."""
   config = ht.tiny_config(**NO_DROPOUT, **{"adversarial.kind": "fgm", "adversarial.epsilon": 0.7})
-  params, loss, delta_grad, zeros = _model_loss(data, config)
+  params, loss, delta_grad, zeros = model_loss
   r = _np_unit(delta_grad(params, zeros), 0.7).astype(np.float32)
   tx, _ = make_optimizer(config.optimizer, 100, params)
 
@@ -199,15 +214,15 @@ def test_ema_and_fgm_under_fsdp_shard_like_the_parameters(data):
     np.testing.assert_allclose(ht.flat(sharded)[k], v, rtol=1e-4, atol=1e-6, err_msg=k)
 
 
-def test_epsilon_zero_is_exactly_the_plain_step(data):
+def test_epsilon_zero_is_exactly_the_plain_step(data, plain, model_loss):
   """Contract: epsilon = 0 (or kind = none) skips the adversarial term, so the step is the plain one bit for bit;
   and a zero `embed_delta` leaves the loss bit for bit as it is without one."""
   assert steps.Adversarial.from_config(ht.tiny_config(**{"adversarial.kind": "fgm", "adversarial.epsilon": 0.0})) is None
-  _, _, plain, _ = _run(ht.tiny_config(), data, 2)
+  _, plain_states = plain
   for kind in ("fgm", "pgd"):
     _, _, zero, _ = _run(ht.tiny_config(**{"adversarial.kind": kind, "adversarial.epsilon": 0.0}), data, 2)
-    _assert_trees_equal(zero, plain)
-  params, loss, _, zeros = _model_loss(data, ht.tiny_config(**NO_DROPOUT))
+    _assert_trees_equal(zero, plain_states[1])
+  params, loss, _, zeros = model_loss
   tokenizer, types, batches = data
   config = ht.tiny_config(**NO_DROPOUT)
   setup, _ = state_lib.init_model(config, tokenizer, types, shd.make_mesh(-1, 1))

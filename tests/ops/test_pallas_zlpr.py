@@ -1,5 +1,7 @@
 """The Pallas ZLPR kernels (interpreted on CPU) against the XLA blockwise op, the dense loss and the NumPy formula."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,17 +11,28 @@ from gp_jax.ops import blockwise_zlpr_loss
 from tests.ops.test_blockwise import dense_loss, make_case, zlpr_brute_force
 
 
-def loss_and_grads(impl, q, k, sb, eb, *, ids, am, W, block_size):
-  """jitted (loss, grads w.r.t. q, k and the biases that are given) of one implementation."""
-  argnums = tuple(i for i, x in enumerate((q, k, sb, eb)) if x is not None)
+def _value_and_grad(impl, W, block_size, argnums):
+  """jitted (loss, grads w.r.t. the arguments in `argnums`) of one implementation; ids and mask are traced."""
 
-  def loss(q, k, sb, eb):
+  def loss(q, k, sb, eb, ids, am):
     if impl == "dense":
       return dense_loss(q, k, sb, eb, span_ids=ids, attention_mask=am, max_span_width=W)
     return blockwise_zlpr_loss(q, k, span_ids=ids, attention_mask=am, start_bias_BHL=sb, end_bias_BHL=eb,
                                max_span_width=W, block_size=block_size, implementation=impl)
 
-  return jax.jit(jax.value_and_grad(loss, argnums))(q, k, sb, eb)
+  return jax.jit(jax.value_and_grad(loss, argnums))
+
+
+# One program per implementation and static arguments: tests of the same shapes (the K = L layouts) share compiles.
+_cached_value_and_grad = functools.lru_cache(maxsize=None)(_value_and_grad)
+
+
+def loss_and_grads(impl, q, k, sb, eb, *, ids, am, W, block_size, fresh=False):
+  """jitted (loss, grads w.r.t. q, k and the biases that are given) of one implementation. `fresh`: a program of
+  its own, traced now (for tests that patch how the kernel is traced)."""
+  argnums = tuple(i for i, x in enumerate((q, k, sb, eb)) if x is not None)
+  build = _value_and_grad if fresh else _cached_value_and_grad
+  return build(impl, W, block_size, argnums)(q, k, sb, eb, jnp.asarray(ids), jnp.asarray(am))
 
 
 def assert_same(out, ref, rtol=1e-5, atol=1e-6):
@@ -116,7 +129,7 @@ def test_tpu_tiling_in_the_tpu_interpreter(monkeypatch):
   q, k, am, sb, eb, ids = make_case(6, L=140, Hq=1, H=2, biases=True, lengths=(131, 60))
   kw = dict(ids=jnp.asarray(ids), am=jnp.asarray(am), W=None, block_size=100)  # 2 x 2 blocks of 128
   with pltpu.force_tpu_interpret_mode():
-    out = loss_and_grads("pallas", q, k, sb, eb, **kw)
+    out = loss_and_grads("pallas", q, k, sb, eb, fresh=True, **kw)
   assert_same(out, loss_and_grads("xla", q, k, sb, eb, **kw))
 
 
