@@ -247,14 +247,19 @@ def test_scratch_delta_enters_at_the_embedding_output(data):
   b = batches[0]
   ids, bigrams, mask = (jnp.asarray(b[k]) for k in ("input_ids", "bigram_ids", "attention_mask"))
   delta = jax.random.normal(jax.random.key(0), ids.shape + (enc.embed_width,))
-  x = enc.in_proj(jnp.concatenate([enc.embed(ids), enc.bigram_embed(bigrams)], -1) + delta)
-  mask_BL1 = mask[..., None].astype(jnp.float32)
-  for conv in enc.convs:
-    x = conv(x, mask_BL1)
-  want = enc.final_norm(x) * mask_BL1
-  got = enc(ids, mask, bigrams, embed_delta=delta)
+
+  @nnx.jit  # one program: op by op, every op compiles on its own
+  def outputs(enc, delta):
+    x = enc.in_proj(jnp.concatenate([enc.embed(ids), enc.bigram_embed(bigrams)], -1) + delta)
+    mask_BL1 = mask[..., None].astype(jnp.float32)
+    for conv in enc.convs:
+      x = conv(x, mask_BL1)
+    want = enc.final_norm(x) * mask_BL1
+    return want, enc(ids, mask, bigrams, embed_delta=delta), enc(ids, mask, bigrams)
+
+  want, got, without = outputs(enc, delta)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
-  assert not np.allclose(np.asarray(got), np.asarray(enc(ids, mask, bigrams)), atol=1e-3)
+  assert not np.allclose(np.asarray(got), np.asarray(without), atol=1e-3)
 
 
 def test_bert_delta_enters_before_position_type_and_layernorm():
@@ -267,11 +272,16 @@ def test_bert_delta_enters_before_position_type_and_layernorm():
   ids = jax.random.randint(jax.random.key(1), (2, 6), 1, 50)
   mask = jnp.ones((2, 6), jnp.int32)
   delta = jax.random.normal(jax.random.key(2), (2, 6, 16))
-  x = bert.embeddings_norm(bert.word_embeddings(ids) + delta + bert.position_embeddings(bert.position_ids(ids))
-                           + bert.token_type_embeddings(jnp.zeros_like(ids)))
-  want = bert.layers[0](x, mask.astype(bool))
-  np.testing.assert_allclose(np.asarray(bert(ids, mask, embed_delta=delta)), np.asarray(want), rtol=1e-5,
-                             atol=1e-5)
+
+  @nnx.jit  # one program: op by op, every op compiles on its own
+  def outputs(bert, delta):
+    x = bert.embeddings_norm(bert.word_embeddings(ids) + delta + bert.position_embeddings(bert.position_ids(ids))
+                             + bert.token_type_embeddings(jnp.zeros_like(ids)))
+    return bert.layers[0](x, mask.astype(bool)), bert(ids, mask, embed_delta=delta)
+
+  want, got = outputs(bert, delta)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+  assert not np.allclose(np.asarray(got), np.asarray(outputs(bert, jnp.zeros_like(delta))[1]), atol=1e-3)
 
 
 # ----------------------------------------------------------------------------- threshold
