@@ -144,11 +144,12 @@ def test_fused_update_under_fsdp_keeps_shardings_and_values():
 
 
 def _bert_problem(dropout: float):
-  """(config, types, tokenizer, batches, init kwargs) of a 2-layer BERT with the su2022 head and loss."""
+  """(config, types, tokenizer, batches, init kwargs) of a 1-layer BERT with the su2022 head and loss (a second
+  layer runs the same fused kernels again: compile time, no new path)."""
   from benchmarks import inputs
   from gp_jax.evaluate import model_batch
 
-  hf = dict(inputs.BERT_BASE, num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=48,
+  hf = dict(inputs.BERT_BASE, num_hidden_layers=1, hidden_size=32, num_attention_heads=4, intermediate_size=48,
             vocab_size=1200)
   tokenizer, features = inputs.bert_inputs(hf)
   config, types = inputs.bert_config(3, 8)
