@@ -24,9 +24,15 @@ from tests import helpers_train as ht
 NO_DROPOUT = {"model.dropout": 0.0, "model.embed_dropout": 0.0}
 
 
+def _config(**overrides):
+  """The tiny config with one encoder layer: the tricks act on the parameters and the embedding output, a second
+  layer only adds compile time."""
+  return ht.tiny_config(**{"model.num_layers": 1, **overrides})
+
+
 @pytest.fixture(scope="module")
 def data():
-  config = ht.tiny_config(**NO_DROPOUT)
+  config = _config(**NO_DROPOUT)
   tokenizer, types, batches = ht.train_batches(config, 3)
   return tokenizer, types, batches
 
@@ -58,7 +64,7 @@ def plain(data):
   """The plain step (no EMA, no adversarial term) over three batches, built once for the tests that compare to it:
   (the `_run` tuple, [state after each step])."""
   states = []
-  return _run(ht.tiny_config(), data, 3, states=states), states
+  return _run(_config(), data, 3, states=states), states
 
 
 def _assert_trees_equal(a, b):
@@ -73,7 +79,7 @@ def _assert_trees_equal(a, b):
 
 def test_ema_is_the_numpy_recurrence_and_leaves_training_alone(data, plain):
   decay = 0.8  # strong, so three steps move the EMA far from both the start and the parameters
-  init, after, state, _ = _run(ht.tiny_config(**{"optimizer.ema_decay": decay}), data, 3)
+  init, after, state, _ = _run(_config(**{"optimizer.ema_decay": decay}), data, 3)
   want = {k: v.astype(np.float64) for k, v in ht.flat(init).items()}
   for params in after:
     want = {k: decay * want[k] + (1 - decay) * v for k, v in ht.flat(params).items()}
@@ -92,7 +98,7 @@ def test_ema_is_the_numpy_recurrence_and_leaves_training_alone(data, plain):
 
 def test_ema_warmup_is_the_tf_num_updates_recurrence(data):
   decay = 0.999  # without warm-up three steps would leave the EMA at ~99.7% of the initial parameters
-  init, after, state, _ = _run(ht.tiny_config(**{"optimizer.ema_decay": decay, "optimizer.ema_warmup": True}),
+  init, after, state, _ = _run(_config(**{"optimizer.ema_decay": decay, "optimizer.ema_warmup": True}),
                                data, 3)
   want = {k: v.astype(np.float64) for k, v in ht.flat(init).items()}
   for t, params in enumerate(after):
@@ -106,7 +112,7 @@ def test_ema_warmup_is_the_tf_num_updates_recurrence(data):
 def test_ema_decay_out_of_range_is_refused(data):
   tokenizer, types, _ = data
   with pytest.raises(ValueError, match="ema_decay"):  # when the run spec is resolved, before anything is built
-    state_lib.init_model(ht.tiny_config(**{"optimizer.ema_decay": 1.0}), tokenizer, types, shd.make_mesh(-1, 1))
+    state_lib.init_model(_config(**{"optimizer.ema_decay": 1.0}), tokenizer, types, shd.make_mesh(-1, 1))
 
 
 # ----------------------------------------------------------------------------- adversarial
@@ -131,7 +137,7 @@ def _model_loss(data, config):
 @pytest.fixture(scope="module")
 def model_loss(data):
   """`_model_loss` of the tiny model without dropout, compiled once for the tests that use that config."""
-  return _model_loss(data, ht.tiny_config(**NO_DROPOUT))
+  return _model_loss(data, _config(**NO_DROPOUT))
 
 
 def _np_unit(g, scale):
@@ -181,7 +187,7 @@ def test_pgd_perturbation_is_the_projected_numpy_loop(model_loss):
 def test_adversarial_step_is_clean_plus_adversarial_in_one_update(data, model_loss):
   """The jitted step with FGM: loss = L(0) + L(r), parameters = one optax update with the summed gradients. The
   reference is the plain config's model (the adversarial settings do not change the model or its initial values)."""
-  config = ht.tiny_config(**NO_DROPOUT, **{"adversarial.kind": "fgm", "adversarial.epsilon": 0.7})
+  config = _config(**NO_DROPOUT, **{"adversarial.kind": "fgm", "adversarial.epsilon": 0.7})
   params, loss, delta_grad, zeros = model_loss
   r = _np_unit(delta_grad(params, zeros), 0.7).astype(np.float32)
   tx, _ = make_optimizer(config.optimizer, 100, params)
@@ -203,7 +209,7 @@ def test_adversarial_step_is_clean_plus_adversarial_in_one_update(data, model_lo
 
 def test_ema_and_fgm_under_fsdp_shard_like_the_parameters(data):
   """On a data x fsdp mesh the EMA has the parameters' shardings and the step computes what one device does."""
-  config = ht.tiny_config(**NO_DROPOUT, **{"optimizer.ema_decay": 0.9, "adversarial.kind": "fgm"})
+  config = _config(**NO_DROPOUT, **{"optimizer.ema_decay": 0.9, "adversarial.kind": "fgm"})
   shardings = {}
   _, _, sharded, _ = _run(config, data, 2, fsdp=2, shardings=shardings)
   assert jax.tree.structure(shardings["ema"]) == jax.tree.structure(shardings["params"])
@@ -217,14 +223,14 @@ def test_ema_and_fgm_under_fsdp_shard_like_the_parameters(data):
 def test_epsilon_zero_is_exactly_the_plain_step(data, plain, model_loss):
   """Contract: epsilon = 0 (or kind = none) skips the adversarial term, so the step is the plain one bit for bit;
   and a zero `embed_delta` leaves the loss bit for bit as it is without one."""
-  assert steps.Adversarial.from_config(ht.tiny_config(**{"adversarial.kind": "fgm", "adversarial.epsilon": 0.0})) is None
+  assert steps.Adversarial.from_config(_config(**{"adversarial.kind": "fgm", "adversarial.epsilon": 0.0})) is None
   _, plain_states = plain
   for kind in ("fgm", "pgd"):
-    _, _, zero, _ = _run(ht.tiny_config(**{"adversarial.kind": kind, "adversarial.epsilon": 0.0}), data, 2)
+    _, _, zero, _ = _run(_config(**{"adversarial.kind": kind, "adversarial.epsilon": 0.0}), data, 2)
     _assert_trees_equal(zero, plain_states[1])
   params, loss, _, zeros = model_loss
   tokenizer, types, batches = data
-  config = ht.tiny_config(**NO_DROPOUT)
+  config = _config(**NO_DROPOUT)
   setup, _ = state_lib.init_model(config, tokenizer, types, shd.make_mesh(-1, 1))
   plain_loss = jax.jit(lambda p, b: nnx.merge(setup.graphdef, nnx.State(p), setup.rest).loss(b))
   assert float(loss(params, zeros)) == float(plain_loss(params, jax.tree.map(jnp.asarray, batches[0])))
@@ -232,16 +238,16 @@ def test_epsilon_zero_is_exactly_the_plain_step(data, plain, model_loss):
 
 def test_adversarial_config_is_checked():
   with pytest.raises(ValueError, match="adversarial.kind"):
-    steps.Adversarial.from_config(ht.tiny_config(**{"adversarial.kind": "fgsm"}))
+    steps.Adversarial.from_config(_config(**{"adversarial.kind": "fgsm"}))
   with pytest.raises(ValueError, match="alpha"):
-    steps.Adversarial.from_config(ht.tiny_config(**{"adversarial.kind": "pgd", "adversarial.alpha": 0.0}))
-  assert steps.Adversarial.from_config(ht.tiny_config()) is None
+    steps.Adversarial.from_config(_config(**{"adversarial.kind": "pgd", "adversarial.alpha": 0.0}))
+  assert steps.Adversarial.from_config(_config()) is None
 
 
 def test_scratch_delta_enters_at_the_embedding_output(data):
   """The delta is added to concat(char, bigram) embeddings, before dropout and the input projection."""
   tokenizer, types, batches = data
-  setup, params = state_lib.init_model(ht.tiny_config(), tokenizer, types, shd.make_mesh(-1, 1))
+  setup, params = state_lib.init_model(_config(), tokenizer, types, shd.make_mesh(-1, 1))
   enc = nnx.merge(setup.graphdef, nnx.State(params), setup.rest).encoder
   enc.eval()
   b = batches[0]
