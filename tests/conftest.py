@@ -119,21 +119,21 @@ def _guarded_popen_init(self, args, *a, **kw):
 subprocess.Popen.__init__ = _guarded_popen_init
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_setup(item):
+def _as_unit_test(item):
+  """Marks `item` as the running unit test (None for an e2e one) for the hook's duration."""
   global _unit_test
   _unit_test = None if item.get_closest_marker("e2e") else item.nodeid
   try:
     yield
   finally:
     _unit_test = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+  yield from _as_unit_test(item)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-  global _unit_test
-  _unit_test = None if item.get_closest_marker("e2e") else item.nodeid
-  try:
-    yield
-  finally:
-    _unit_test = None
+  yield from _as_unit_test(item)

@@ -260,6 +260,17 @@ def train_synthetic(workdir: str) -> dict:
 # ----------------------------------------------------------------------------- the pointer tasks' shared e2e checks
 
 
+def train_losses(workdir: str) -> dict:
+  """{step: train loss} from a workdir's metrics.jsonl."""
+  out = {}
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    for line in f:
+      m = json.loads(line)
+      if m.get("split") == "train":
+        out[m["step"]] = m["loss"]
+  return out
+
+
 def write_jsonl(path, records) -> str:
   """`records` one JSON object a line at `path`; returns the path as a string."""
   with open(path, "w", encoding="utf-8") as f:
@@ -291,12 +302,7 @@ def assert_k_steps_per_call_equal_one(tmp_path, *, task: str, data: str, steps: 
   for per_call in (1, k):
     workdir = str(tmp_path / f"k{per_call}")
     summary = train.train_and_evaluate(tiny_config(task=task, steps_per_execution=per_call, **run), workdir)
-    losses = {}
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-      for line in f:
-        m = json.loads(line)
-        if m.get("split") == "train":
-          losses[m["step"]] = m["loss"]
+    losses = train_losses(workdir)
     step, state = restore_state(workdir)
     out[per_call] = (summary["train_calls"], losses, step, flat(state))
   (calls1, l1, s1, st1), (calls_k, l_k, s_k, st_k) = out[1], out[k]

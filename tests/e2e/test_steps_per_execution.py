@@ -1,8 +1,6 @@
 """k train steps per call (`steps_per_execution`) through the real trainer: the same losses and parameters as one step
 per call to the last bit (dropout on), bit-exact resume at k = 4, and every program compiled ahead."""
 
-import json
-import os
 import re
 
 import numpy as np
@@ -17,16 +15,6 @@ K_RUN = {"num_train_steps": 28, "checkpoint_every_steps": 8, "batch_size": 12, "
          "model.embed_dropout": 0.1, "data.max_eval_records": 24, "data.buckets": (24,), "data.bucket_run": 4,
          "eval_every_steps": 10, "log_every_steps": 1}
 TIMEOUT = 240
-
-
-def _losses(workdir):
-  out = {}
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    for line in f:
-      m = json.loads(line)
-      if m.get("split") == "train":
-        out[m["step"]] = m["loss"]
-  return out
 
 
 def _state(workdir):
@@ -52,7 +40,7 @@ def test_four_steps_per_call_equal_one_per_call_to_the_last_bit(tmp_path):
   assert re.search(r"28 steps in 28 calls", r1.stdout)
   calls = int(re.search(r"28 steps in (\d+) calls", r4.stdout).group(1))
   assert calls < 28 and re.search(r"compiled ahead: train L\d+ B12 x4: ", r4.stdout)
-  l1, l4 = _losses(one), _losses(four)
+  l1, l4 = ht.train_losses(one), ht.train_losses(four)
   assert sorted(l1) == sorted(l4) == list(range(1, 29))
   assert [l1[s] for s in sorted(l1)] == [l4[s] for s in sorted(l4)]  # every step's loss, exactly
   _assert_same_state(one, four)
@@ -73,5 +61,5 @@ def test_sigkill_then_restart_is_bit_exact_at_four_steps_per_call(tmp_path):
   assert resumed.returncode == 0, resumed.stdout[-4000:]
   assert re.search(r"Resumed from \S+ at step 8\b", resumed.stdout)
   _assert_same_state(run_dir, ref_dir)
-  got, want = _losses(run_dir), _losses(ref_dir)  # the killed attempt may not have written its last call's losses
+  got, want = ht.train_losses(run_dir), ht.train_losses(ref_dir)  # the killed attempt may not have written its last call's losses
   assert set(range(9, 21)) <= set(got) and all(got[s] == want[s] for s in got)
