@@ -41,10 +41,8 @@ class EventTask:
   @classmethod
   def options(cls, config, conventions) -> dict:
     """model.pointer_rope (default False), model.event_grouping (default "cliques", Su's)."""
-    grouping = str(config.model.get("event_grouping", "cliques"))
-    if grouping not in host.GROUPINGS:
-      raise UserError(f"task=events: model.event_grouping must be one of {host.GROUPINGS}, got {grouping!r}")
-    return {"pointer_rope": bool(config.model.get("pointer_rope", False)), "event_grouping": grouping}
+    return cls(pointer_rope=bool(config.model.get("pointer_rope", False)),
+               event_grouping=str(config.model.get("event_grouping", "cliques"))).options
 
   @classmethod
   def config_refusal(cls, config) -> str | None:
