@@ -2,6 +2,8 @@
 `first step after N s (compile M s)` line, and the pallas refusal on a GPU target."""
 
 import os
+import subprocess
+import sys
 import re
 
 import jax
@@ -90,3 +92,19 @@ def test_first_step_line_and_the_cache_fills(tmp_path):
     assert os.listdir(cache)
   (_, cold_compile), (_, warm_compile) = seen
   assert cold_compile > 0 and warm_compile < cold_compile
+
+
+@pytest.mark.e2e
+def test_the_metric_writer_does_not_import_torch(tmp_path):
+  """tensorboardX imports torch when it is installed (this venv has it, for parity tests): the writer blocks that,
+  and the event file still holds the scalar."""
+  code = ("import sys, importlib.util; from gp_jax import reporting, storage; "
+          f"w = reporting.MetricWriter(storage.LocalMirror(storage.path({str(tmp_path)!r}))); "
+          "w.write(3, 'train', {'loss': 0.5}); w.close(); "
+          "print('torch' in sys.modules, importlib.util.find_spec('torch') is not None)")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=helpers_train.subprocess_env(1), timeout=120)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.split() == ["False", "True"]  # installed, not imported
+  (event,) = (tmp_path / "tb").iterdir()
+  assert b"train/loss" in event.read_bytes()
