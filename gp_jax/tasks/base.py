@@ -87,6 +87,78 @@ def load_label_file(workdir, filename: str, *, task: str, what: str) -> tuple[st
   return tuple(json.loads(path.read_text()))
 
 
+def pointers_run_exported(pointers: tuple[str, ...]):
+  """A pointer task host's `run_exported(run, arrays, *, sizes, threshold, manifest)`: `run_grown` over `pointers`
+  (the threshold is an input of the program, the manifest says nothing more)."""
+
+  def run_exported(run, arrays, *, sizes, threshold=None, manifest=None):
+    """Every hit of the pointers from an exported program, buffers grown as needed (`base.run_grown`): `run(arrays,
+    sizes)` -> its outputs by name (`OUTPUTS`). -> (hits, sizes): hits as `window_hits` takes them, sizes for later
+    calls."""
+    return run_grown(run, arrays, sizes=sizes, pointers=pointers)
+
+  return run_exported
+
+
+class PointerTask:
+  """What GPLinker's pointer tasks (relations, events) share: three hit buffers (spans, head links, tail links)
+  decoded in the eval step, read by the task's host half (`host`, a module: window_hits, concat_hits, assemble,
+  score), the exported program of `tasks.pointer_export`, the pointer head's loss path. A subclass sets `name`,
+  `host`, `options` (the task options the host reads) and `pointer_head()` (the head class; imports flax)."""
+
+  name: str
+  host = None
+
+  def initial_hits(self, batch_size: int) -> tuple[int, int, int]:
+    size = max(64, batch_size * 32)
+    return (size, size, size)
+
+  def decode(self, model, batch, *, sizes, **options):
+    """The eval step's hits: the span, head-link and tail-link buffers."""
+    return model.decode_hits(batch, size=sizes, **options)
+
+  def hit_counts(self, out) -> tuple[int, ...]:
+    return tuple(int(h[0]) for h in out[:3])
+
+  def window_hits(self, out, *, types) -> dict:
+    """Eval step outputs -> the window's hits as the host half reads them (`host.window_hits`; `types`: the span
+    classes)."""
+    return self.host.window_hits(out[:3], out[3], types=types, options=self.options)
+
+  def concat_hits(self, hits):
+    return self.host.concat_hits(hits)
+
+  def assemble(self, prepared, hits) -> list[dict]:
+    return self.host.assemble(prepared, hits)
+
+  def score(self, prepared, predictions) -> dict:
+    return self.host.score(prepared, predictions, options=self.options)
+
+  def run_fields(self) -> dict:
+    """What results.json records of the task once per run: nothing."""
+    return {}
+
+  def export_forward(self, graphdef, params, rest, *, names, sizes):
+    """`(*arrays in names order, span_buffer, head_buffer, tail_buffer, threshold) ->` the three pointers' hits
+    flattened in `host.OUTPUTS` order (`sizes` is not read: the buffer inputs' shapes say them)."""
+    from gp_jax.tasks import pointer_export  # pylint: disable=g-import-not-at-top (imports flax)
+
+    return pointer_export.buffered_forward(graphdef, params, rest, names=names, num_buffers=3)
+
+  def export_refusal(self, fmt: str) -> str | None:
+    from gp_jax.tasks import pointer_export  # pylint: disable=g-import-not-at-top
+
+    return pointer_export.onnx_refusal(fmt, task=self.name)
+
+  @staticmethod
+  def pointer_head():
+    raise NotImplementedError
+
+  def resolved_choices(self) -> dict:
+    """The link pointers' loss path (the blockwise plan covers the upper triangle only)."""
+    return {"pointer_loss": self.pointer_head().pointer_loss_path}
+
+
 def run_grown(run, arrays, *, sizes, pointers):
   """Every hit of an exported program's pointers: `run(arrays, sizes)` -> its outputs by name ("<pointer>_count",
   "_coords", "_scores" per pointer, from buffers of `sizes`). A buffer too small for its count grows (`grown_sizes`,
@@ -106,5 +178,6 @@ def run_grown(run, arrays, *, sizes, pointers):
   return hits, sizes
 
 
-__all__ = ["RESULT_KEYS", "flat_result", "grown_sizes", "trimmed", "run_grown", "pointer_config_refusal",
+__all__ = ["RESULT_KEYS", "flat_result", "grown_sizes", "trimmed", "run_grown", "pointers_run_exported", "PointerTask",
+           "pointer_config_refusal",
            "save_label_file", "load_label_file"]

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from gp_jax.data.events import event_types
 from gp_jax.errors import UserError
-from gp_jax.tasks.base import load_label_file, pointer_config_refusal, save_label_file
+from gp_jax.tasks.base import PointerTask, load_label_file, pointer_config_refusal, save_label_file
 from gp_jax.tasks.events import host, targets
 
 LABELS_FILE = "event_labels.json"  # a task=events workdir's event types, beside types.json
 
 
-class EventTask:
+class EventTask(PointerTask):
   """Events: what the trainer, the steps, the compiler and evaluation call for `task=events`.
 
   `pointer_rope`: RoPE on the two link pointers (Su: none). `event_grouping`: "cliques" (Su: each maximal clique
@@ -29,6 +29,7 @@ class EventTask:
   """
 
   name = "events"
+  host = host  # the host half (`PointerTask` reads it)
   threshold_refusal = "task=events decodes three pointers at one threshold; tuning it is not built"
 
   def __init__(self, pointer_rope: bool = False, event_grouping: str = "cliques"):
@@ -96,60 +97,20 @@ class EventTask:
                        dtype=dtype, rngs=rngs)
     return EventModel(encoder, module, feature_names, loss_implementation=spec.loss_implementation)
 
-  # Device decoding: three hit buffers (argument, head link, tail link).
-  def initial_hits(self, batch_size: int) -> tuple[int, int, int]:
-    size = max(64, batch_size * 32)
-    return (size, size, size)
-
-  def decode(self, model, batch, *, sizes, **options):
-    """The eval step's hits: the argument, head-link and tail-link buffers."""
-    return model.decode_hits(batch, size=sizes, **options)
-
-  def hit_counts(self, out) -> tuple[int, ...]:
-    return tuple(int(h[0]) for h in out[:3])
-
-  def window_hits(self, out, *, types) -> dict:
-    """Eval step outputs -> the window's events (`host.window_hits`; `types`: the "type:role" span classes)."""
-    return host.window_hits(out[:3], out[3], types=types, options=self.options)
-
-  def concat_hits(self, hits):
-    return host.concat_hits(hits)
-
-  # Host: records, metric, results.
-  def assemble(self, prepared, hits) -> list[dict]:
-    """Per record {"events": [...]} (char offsets; `host.assemble`)."""
-    return host.assemble(prepared, hits)
-
-  def score(self, prepared, predictions) -> dict:
-    """Argument-level F1 ("f1" selects), event level, TI / TC / AI / AC, PHEE's figures where they apply."""
-    return host.score(prepared, predictions, options=self.options)
-
+  # Device decoding: three hit buffers (argument, head link, tail link), read by `host` (`PointerTask`).
+  # Host: records ({"events": [...]}, char offsets), the argument-level F1 ("f1" selects), event level, TI / TC / AI /
+  # AC, PHEE's figures where they apply.
   def final_fields(self, result: dict) -> dict:
     return host.final_fields(result)
 
   def result_lines(self, result: dict) -> list[str]:
     return host.result_lines(result)
 
-  def run_fields(self) -> dict:
-    """What results.json records of the task once per run: nothing."""
-    return {}
-
-  # Export (`gp_jax.export`): the program and what it refuses (`export.py`, imports flax: loaded here only).
-  def export_forward(self, graphdef, params, rest, *, names, sizes):
-    from gp_jax.tasks.events import export  # pylint: disable=g-import-not-at-top
-
-    return export.export_forward(graphdef, params, rest, names=names, sizes=sizes)
-
-  def export_refusal(self, fmt: str) -> str | None:
-    from gp_jax.tasks.events import export  # pylint: disable=g-import-not-at-top
-
-    return export.export_refusal(fmt)
-
-  def resolved_choices(self) -> dict:
-    """The link pointers' loss path."""
+  @staticmethod
+  def pointer_head():
     from gp_jax.models.events import EventHead  # pylint: disable=g-import-not-at-top
 
-    return {"pointer_loss": EventHead.pointer_loss_path}
+    return EventHead
 
 
 TASK = EventTask

@@ -29,14 +29,14 @@ import numpy as np
 
 from gp_jax.data import merge
 from gp_jax.data.events import TRIGGER, split_class
-from gp_jax.tasks.base import RESULT_KEYS, run_grown, trimmed
+from gp_jax.tasks.base import RESULT_KEYS, pointers_run_exported, trimmed
 from gp_jax.tasks.events import cliques, table
 from gp_jax.tasks.events.metrics import event_prf
 from gp_jax.tasks.events.phee_score import answer_key, phee_score
 
 log = logging.getLogger(__name__)
 
-# The exported program (`gp_jax.tasks.events.export`): hit-buffer sizes are inputs, int32 [0, size] arrays (only
+# The exported program (`gp_jax.tasks.pointer_export`): hit-buffer sizes are inputs, int32 [0, size] arrays (only
 # the shape) after the model's arrays and before threshold; each pointer returns (count, coords [size, 4], scores
 # [size]) as `ops.events.event_hits` gives them.
 POINTERS = ("argument", "head", "tail")
@@ -270,11 +270,7 @@ def result_lines(result: dict) -> list[str]:
 # ----------------------------------------------------------------------------- the exported program
 
 
-def run_exported(run, arrays, *, sizes, threshold, manifest=None):
-  """Every hit of the three pointers from an exported program, buffers grown as needed (`base.run_grown`): `run(arrays,
-  sizes)` -> its outputs by name (`OUTPUTS`). -> (hits, sizes): hits as `window_hits` takes them, sizes for later
-  calls."""
-  return run_grown(run, arrays, sizes=sizes, pointers=POINTERS)
+run_exported = pointers_run_exported(POINTERS)
 
 
 __all__ = ["POINTERS", "BUFFERS", "OUTPUTS", "COUNTS", "labels_to_json", "labels_from_json", "manifest_settings",

@@ -16,7 +16,7 @@ import numpy as np
 from gp_jax.data.sources import relation_types as union_relation_types
 from gp_jax.data.windows import _ranges
 from gp_jax.errors import UserError
-from gp_jax.tasks.base import RESULT_KEYS, load_label_file, pointer_config_refusal, save_label_file
+from gp_jax.tasks.base import RESULT_KEYS, PointerTask, load_label_file, pointer_config_refusal, save_label_file
 from gp_jax.tasks.relations import host, table
 
 RELATION_TYPES_FILE = "relation_types.json"  # a task=relations workdir's relation types, beside types.json
@@ -44,7 +44,7 @@ def relation_targets(p, rows: np.ndarray, w: np.ndarray, span_ids_BHK: np.ndarra
   return out, over
 
 
-class RelationTask:
+class RelationTask(PointerTask):
   """Relations: what the trainer, the steps, the compiler and evaluation call for `task=relations`.
 
   `match`: the triple form whose F1 selects checkpoints; `roles`: the entity types that are the subject and the
@@ -52,6 +52,7 @@ class RelationTask:
   """
 
   name = "relations"
+  host = host  # the host half (`PointerTask` reads it)
   threshold_refusal = "task=relations decodes three pointers at one threshold; tuning it is not built"
 
   def __init__(self, match: str = "boundaries", roles: tuple = (), pointer_rope: bool = False):
@@ -123,35 +124,8 @@ class RelationTask:
                           max_span_width=spec.max_span_width, dtype=dtype, rngs=rngs)
     return RelationModel(encoder, module, feature_names, loss_implementation=spec.loss_implementation)
 
-  # Device decoding: three hit buffers (entity, head, tail).
-  def initial_hits(self, batch_size: int) -> tuple[int, int, int]:
-    size = max(64, batch_size * 32)
-    return (size, size, size)
-
-  def decode(self, model, batch, *, sizes, **options):
-    """The eval step's hits: the entity, head and tail buffers."""
-    return model.decode_hits(batch, size=sizes, **options)
-
-  def hit_counts(self, out) -> tuple[int, ...]:
-    return tuple(int(h[0]) for h in out[:3])
-
-  def window_hits(self, out, *, types) -> dict:
-    """Eval step outputs -> {"entities": window hit columns, "triples": window triple columns} (`host.window_hits`;
-    `types`: the entity types, which the roles name)."""
-    return host.window_hits(out[:3], out[3], types=types, options=self.options)
-
-  def concat_hits(self, hits):
-    return host.concat_hits(hits)
-
-  # Host: records, metric, results.
-  def assemble(self, prepared, hits) -> list[dict]:
-    """Per record {"entities", "relations": [{"head", "tail", "type", "score"}]} (`host.assemble`)."""
-    return host.assemble(prepared, hits)
-
-  def score(self, prepared, predictions) -> dict:
-    """Triple P/R/F1 of the selection form ("f1"), every form, the entity pointer's F1, breakdowns (`host.score`)."""
-    return host.score(prepared, predictions, options=self.options)
-
+  # Device decoding: three hit buffers (entity, head, tail), read by `host` (`PointerTask`).
+  # Host: records ({"entities", "relations": [{"head", "tail", "type", "score"}]}), the triple metric, results.
   def final_fields(self, result: dict) -> dict:
     return dict({k: result[k] for k in RESULT_KEYS}, per_type=result["per_type"], per_record=result["per_record"],
                 match=result["match"], macro_f1=result["macro_f1"], triples=result["triples"],
@@ -163,26 +137,11 @@ class RelationTask:
     return [f"triple F1 by form: {forms} (selection: {result['match']}); macro over relations {result['macro_f1']:.4f}; "
             f"entity F1 {result['entities']['f1']:.4f}"]
 
-  def run_fields(self) -> dict:
-    """What results.json records of the task once per run: nothing."""
-    return {}
+  @staticmethod
+  def pointer_head():
+    from gp_jax.models.gplinker import GPLinkerHead  # pylint: disable=g-import-not-at-top
 
-  # Export (`gp_jax.export`): the program and what it refuses (`export.py`, imports flax: loaded here only).
-  def export_forward(self, graphdef, params, rest, *, names, sizes):
-    from gp_jax.tasks.relations import export  # pylint: disable=g-import-not-at-top
-
-    return export.export_forward(graphdef, params, rest, names=names, sizes=sizes)
-
-  def export_refusal(self, fmt: str) -> str | None:
-    from gp_jax.tasks.relations import export  # pylint: disable=g-import-not-at-top
-
-    return export.export_refusal(fmt)
-
-  def resolved_choices(self) -> dict:
-    """The head and tail pointers' loss path (the blockwise plan covers the upper triangle only)."""
-    from gp_jax.models.gplinker import GPLinkerHead
-
-    return {"pointer_loss": GPLinkerHead.pointer_loss_path}
+    return GPLinkerHead
 
 
 TASK = RelationTask

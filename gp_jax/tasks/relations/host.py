@@ -22,12 +22,12 @@ from gp_jax.data import merge
 from gp_jax.data.relations import ROLES
 from gp_jax.metrics import bucket_counts, overlap_kinds, per_record_counts, span_prf, triple_prf
 from gp_jax.ops.relations import TRIPLE_COLUMNS, assemble_triples
-from gp_jax.tasks.base import RESULT_KEYS, run_grown, trimmed
+from gp_jax.tasks.base import RESULT_KEYS, pointers_run_exported, trimmed
 from gp_jax.tasks.relations import table
 
 log = logging.getLogger(__name__)
 
-# The exported program (`gp_jax.tasks.relations.export`): hit-buffer sizes are inputs, int32 [0, size] arrays (no
+# The exported program (`gp_jax.tasks.pointer_export`): hit-buffer sizes are inputs, int32 [0, size] arrays (no
 # data, only the shape) after the model's arrays and before threshold; each pointer returns (count, coords
 # [size, 4], scores [size]) as `ops.relation_hits` gives them.
 POINTERS = ("entity", "head", "tail")
@@ -278,11 +278,7 @@ def score(prepared, predictions, *, options: Mapping | None = None) -> dict:
 # ----------------------------------------------------------------------------- the exported program
 
 
-def run_exported(run, arrays, *, sizes, threshold, manifest=None):
-  """Every hit of the three pointers from an exported program, buffers grown as needed (`base.run_grown`): `run(arrays,
-  sizes)` -> its outputs by name (`OUTPUTS`). -> (hits, sizes): hits as `window_hits` takes them, sizes for later
-  calls."""
-  return run_grown(run, arrays, sizes=sizes, pointers=POINTERS)
+run_exported = pointers_run_exported(POINTERS)
 
 
 __all__ = ["POINTERS", "BUFFERS", "OUTPUTS", "MAX_CANDIDATES_PER_ROW", "TRIPLE_KEYS", "MATCHES", "OVERLAP_KINDS",
