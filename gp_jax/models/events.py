@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import nnx
 
+from gp_jax.models.gplinker import pointer_losses
 from gp_jax.models.heads import EfficientGlobalPointer, GlobalPointer
 from gp_jax.models.ner import NerModel
 from gp_jax.ops.events import event_hits
@@ -66,13 +67,9 @@ class EventHead(nnx.Module):
     (the two arguments' starts, i <= j), `tail_ids` `[B, 1, K]` (their ends). `block_size` (and `implementation`)
     apply to the argument pointer only.
     """
-    argument = self.argument_pointer.span_loss(hidden_BLD, span_mask_BL, span_ids=argument_ids, positions=positions,
-                                               block_size=block_size, implementation=implementation,
-                                               reduction="sum_heads")
-    head = self.head_pointer.span_loss(hidden_BLD, span_mask_BL, span_ids=head_ids, positions=positions,
-                                       reduction="sum_heads")
-    tail = self.tail_pointer.span_loss(hidden_BLD, span_mask_BL, span_ids=tail_ids, positions=positions,
-                                       reduction="sum_heads")
+    argument, head, tail = pointer_losses((self.argument_pointer, self.head_pointer, self.tail_pointer), hidden_BLD,
+                                          span_mask_BL, ids=(argument_ids, head_ids, tail_ids), positions=positions,
+                                          block_size=block_size, implementation=implementation)
     return {"argument": argument, "head": head, "tail": tail}
 
   def loss(self, hidden_BLD, span_mask_BL, *, argument_ids, head_ids, tail_ids, positions=None, block_size=None,

@@ -8,6 +8,19 @@ from flax import nnx
 from gp_jax.models.heads import EfficientGlobalPointer, GlobalPointer
 from gp_jax.ops.relations import relation_hits
 
+
+def pointer_losses(pointers, hidden_BLD, span_mask_BL, *, ids, positions=None, block_size=None,
+                   implementation="auto"):
+  """GPLinker's three pointers (span, head link, tail link) and their gold ids -> their sparse ZLPR, each summed over
+  its heads and averaged over the batch. `block_size` and `implementation` apply to the span pointer only (the
+  link pointers take the dense path)."""
+  (span, head, tail), (span_ids, head_ids, tail_ids) = pointers, ids
+  return (span.span_loss(hidden_BLD, span_mask_BL, span_ids=span_ids, positions=positions, block_size=block_size,
+                         implementation=implementation, reduction="sum_heads"),
+          head.span_loss(hidden_BLD, span_mask_BL, span_ids=head_ids, positions=positions, reduction="sum_heads"),
+          tail.span_loss(hidden_BLD, span_mask_BL, span_ids=tail_ids, positions=positions, reduction="sum_heads"))
+
+
 class GPLinkerHead(nnx.Module):
   """An entity pointer (E types, or subject/object roles) over (start, end), RoPE from `use_rope`, the triangular
   mask: the NER head. Per relation type a head pointer over (subject start, object start) and a tail pointer over
@@ -60,13 +73,9 @@ class GPLinkerHead(nnx.Module):
     (subject start, object start), `tail_ids` `[B, R, K]` (subject end, object end). `block_size` (and
     `implementation`) apply to the entity pointer only.
     """
-    entity = self.entity_pointer.span_loss(hidden_BLD, span_mask_BL, span_ids=entity_ids, positions=positions,
-                                           block_size=block_size, implementation=implementation,
-                                           reduction="sum_heads")
-    head = self.head_pointer.span_loss(hidden_BLD, span_mask_BL, span_ids=head_ids, positions=positions,
-                                       reduction="sum_heads")
-    tail = self.tail_pointer.span_loss(hidden_BLD, span_mask_BL, span_ids=tail_ids, positions=positions,
-                                       reduction="sum_heads")
+    entity, head, tail = pointer_losses((self.entity_pointer, self.head_pointer, self.tail_pointer), hidden_BLD,
+                                        span_mask_BL, ids=(entity_ids, head_ids, tail_ids), positions=positions,
+                                        block_size=block_size, implementation=implementation)
     return {"entity": entity, "head": head, "tail": tail}
 
   def loss(self, hidden_BLD, span_mask_BL, *, entity_ids, head_ids, tail_ids, positions=None, block_size=None,
@@ -89,4 +98,4 @@ class GPLinkerHead(nnx.Module):
         pointer_threshold=pointer_threshold, hit_sharding=hit_sharding)
 
 
-__all__ = ["GPLinkerHead"]
+__all__ = ["GPLinkerHead", "pointer_losses"]
