@@ -134,64 +134,79 @@ def phee_events(obj: Any, *, where: str, line: int, notes: collections.Counter) 
     if not isinstance(kind, str) or not kind or ":" in kind:
       raise readers.DataError(where, line, f"{at}: event_type {kind!r}: expected a non-empty string without ':' "
                               f"({EXPECTED})", reason="bad_value")
-    trigger = None
-    if "Trigger" in e:
-      mentions = _pieces(e["Trigger"], f"{at} Trigger", text, where=where, line=line, notes=notes)
-      if mentions:
-        trigger = Span(start=mentions[0][0][0], end=mentions[0][0][1])
-        notes["trigger_extra_pieces"] += len(mentions[0]) - 1
-        notes["trigger_extra_mentions"] += len(mentions) - 1
-    else:
-      notes["no_trigger"] += 1
-    args: list[EventArgument] = []
-    keys = set()
-
-    def add(role: str, arg: Any, what: str) -> None:
-      for mention in _pieces(arg, what, text, where=where, line=line, notes=notes):
-        for start, end in mention:
-          if (start, end, role) in keys:
-            notes["repeated_argument"] += 1
-            continue
-          keys.add((start, end, role))
-          args.append(EventArgument(start=start, end=end, role=role))
-
-    for key, value in e.items():
-      if key in ("event_id", "event_type", "Trigger"):
-        continue
-      if key in ATTRIBUTES:
-        notes[f"attribute:{key}"] += 1
-        continue
-      if key not in MAIN_ROLES:
-        raise readers.DataError(where, line, f"{at}: unknown key {key!r}: expected {list(MAIN_ROLES)}, "
-                                f"{list(ATTRIBUTES)}, Trigger, event_id, event_type", reason="unknown_type")
-      add(key, value, f"{at} {key}")
-      for sub, sub_value in value.items():
-        if sub in ARG_KEYS:
-          continue
-        if sub == COMBINATION and key == "Treatment" and isinstance(sub_value, list):
-          for j, comb in enumerate(sub_value):
-            if not isinstance(comb, dict):
-              raise readers.DataError(where, line, f"{at} Treatment.Combination #{j} is {comb!r:.60}: expected an "
-                                      "event {\"Trigger\", \"Drug\"}", reason="bad_value")
-            notes["combination_trigger"] += "Trigger" in comb
-            if "Drug" in comb:
-              add(COMBINATION_DRUG, comb["Drug"], f"{at} Treatment.Combination #{j} Drug")
-        elif sub in SUB_ROLES[key]:
-          add(f"{key}.{sub}", sub_value, f"{at} {key}.{sub}")
-        else:
-          raise readers.DataError(where, line, f"{at}: unknown sub-argument {key}.{sub}: expected one of "
-                                  f"{list(SUB_ROLES[key]) + ([COMBINATION] if key == 'Treatment' else [])}",
-                                  reason="unknown_type")
+    trigger = _trigger(e, at, text, where=where, line=line, notes=notes)
+    args = _arguments(e, at, text, where=where, line=line, notes=notes)
     if trigger is None and not args:
       raise readers.DataError(where, line, f"{at} ({kind}) has neither a trigger nor arguments: expected {EXPECTED}",
                               reason="empty_event")
-    key = (kind, None if trigger is None else (trigger["start"], trigger["end"]), frozenset(keys))
+    key = (kind, None if trigger is None else (trigger["start"], trigger["end"]),
+           frozenset((a["start"], a["end"], a["role"]) for a in args))
     if key in seen:
       notes["repeated_event"] += 1
       continue
     seen.add(key)
     events.append(Event(type=kind, trigger=trigger, arguments=args))
   return str(obj["id"]), text, events
+
+
+def _trigger(e: dict, at: str, text: str, *, where: str, line: int, notes: collections.Counter) -> Span | None:
+  """An event's trigger: the first piece of its first mention (further pieces and mentions counted); None without
+  one (counted)."""
+  if "Trigger" not in e:
+    notes["no_trigger"] += 1
+    return None
+  mentions = _pieces(e["Trigger"], f"{at} Trigger", text, where=where, line=line, notes=notes)
+  if not mentions:
+    return None
+  notes["trigger_extra_pieces"] += len(mentions[0]) - 1
+  notes["trigger_extra_mentions"] += len(mentions) - 1
+  return Span(start=mentions[0][0][0], end=mentions[0][0][1])
+
+
+def _arguments(e: dict, at: str, text: str, *, where: str, line: int,
+               notes: collections.Counter) -> list[EventArgument]:
+  """An event's main and sub-arguments (and Treatment.Combination's drugs) in the file's order, each (start, end,
+  role) once (repeats counted); attributes counted and left out; an unknown key is a DataError."""
+  args: list[EventArgument] = []
+  keys = set()
+
+  def add(role: str, arg: Any, what: str) -> None:
+    for mention in _pieces(arg, what, text, where=where, line=line, notes=notes):
+      for start, end in mention:
+        if (start, end, role) in keys:
+          notes["repeated_argument"] += 1
+          continue
+        keys.add((start, end, role))
+        args.append(EventArgument(start=start, end=end, role=role))
+
+  for key, value in e.items():
+    if key in ("event_id", "event_type", "Trigger"):
+      continue
+    if key in ATTRIBUTES:
+      notes[f"attribute:{key}"] += 1
+      continue
+    if key not in MAIN_ROLES:
+      raise readers.DataError(where, line, f"{at}: unknown key {key!r}: expected {list(MAIN_ROLES)}, "
+                              f"{list(ATTRIBUTES)}, Trigger, event_id, event_type", reason="unknown_type")
+    add(key, value, f"{at} {key}")
+    for sub, sub_value in value.items():
+      if sub in ARG_KEYS:
+        continue
+      if sub == COMBINATION and key == "Treatment" and isinstance(sub_value, list):
+        for j, comb in enumerate(sub_value):
+          if not isinstance(comb, dict):
+            raise readers.DataError(where, line, f"{at} Treatment.Combination #{j} is {comb!r:.60}: expected an "
+                                    "event {\"Trigger\", \"Drug\"}", reason="bad_value")
+          notes["combination_trigger"] += "Trigger" in comb
+          if "Drug" in comb:
+            add(COMBINATION_DRUG, comb["Drug"], f"{at} Treatment.Combination #{j} Drug")
+      elif sub in SUB_ROLES[key]:
+        add(f"{key}.{sub}", sub_value, f"{at} {key}.{sub}")
+      else:
+        raise readers.DataError(where, line, f"{at}: unknown sub-argument {key}.{sub}: expected one of "
+                                f"{list(SUB_ROLES[key]) + ([COMBINATION] if key == 'Treatment' else [])}",
+                                reason="unknown_type")
+  return args
 
 
 def read_phee(path: str | os.PathLike, *, strict: bool = True, name: str | None = None) -> readers.Records:
