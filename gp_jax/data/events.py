@@ -171,14 +171,33 @@ def event_table(prepared: PreparedSplit, records: Sequence[Record]) -> EventTabl
   the event's arguments): an argument never pairs with itself, while two arguments on the same tokens (a role and a
   sub-role on one span) give diagonal cells. An event that no window holds whole is counted in `dropped`, not cut.
   """
-  R, N = prepared.num_records, prepared.num_windows
+  ev_record, members = _event_members(prepared, records)
+  G = len(ev_record)
+  status = prepared.entity_status
+  placed = [[m for m in ms if status[m] not in (MISALIGNED, TOO_LONG)] for ms in members]
+  partial = sum(len(p) < len(ms) for p, ms in zip(placed, members))
+  pair_e, pair_w = _windows_holding(prepared, placed, ev_record)
+  kept = int(np.unique(pair_e).size)
+  key = _link_rows(prepared, placed, pair_e, pair_w)
+  N = prepared.num_windows
+  table = EventTable(ptr=_ptr(np.bincount(key[:, 0], minlength=N)), links_Q4=key[:, 1:].astype(np.int32),
+                     events=G, kept=kept, dropped=G - kept, partial=partial)
+  log.info("event_table %s: %d events: %d kept, %d dropped (no window holds all their arguments), %d with an "
+           "argument left out (misaligned or too long); %d link rows in %d windows", prepared.name, G, kept,
+           G - kept, partial, key.shape[0], N)
+  return table
+
+
+def _event_members(prepared: PreparedSplit, records: Sequence[Record]) -> tuple[list[int], list[list[int]]]:
+  """Per event of `records`: its record and its distinct arguments as rows of the split's entity table; records
+  that are not the ones the split was prepared from, or not in span form, are refused."""
   counts = [len(r["entities"]) for r in records]
-  if len(records) != R or sum(counts) != prepared.entity_record.shape[0]:
+  if len(records) != prepared.num_records or sum(counts) != prepared.entity_record.shape[0]:
     raise ValueError(f"{prepared.name}: {len(records)} records with {sum(counts)} entities, but the split was "
-                     f"prepared from {R} records with {prepared.entity_record.shape[0]} entities: pass the records "
-                     "prepare_split was given")
+                     f"prepared from {prepared.num_records} records with {prepared.entity_record.shape[0]} entities: "
+                     "pass the records prepare_split was given")
   first = _ptr(counts)
-  ev_record, members = [], []  # per event: its record, its entities in the split's table
+  ev_record, members = [], []
   for r, rec in enumerate(records):
     for k, e in enumerate(rec.get("events", ())):
       if "entities" not in e:
@@ -186,30 +205,36 @@ def event_table(prepared: PreparedSplit, records: Sequence[Record]) -> EventTabl
                          "records into span form with as_span_records before prepare_split")
       ev_record.append(r)
       members.append([int(first[r]) + i for i in dict.fromkeys(e["entities"])])
-  G = len(ev_record)
-  status = prepared.entity_status
-  placed = [[m for m in ms if status[m] not in (MISALIGNED, TOO_LONG)] for ms in members]
-  partial = sum(len(p) < len(ms) for p, ms in zip(placed, members))
+  return ev_record, members
+
+
+def _windows_holding(prepared: PreparedSplit, placed: list[list[int]],
+                     ev_record: list[int]) -> tuple[np.ndarray, np.ndarray]:
+  """(event, window) pairs where the window holds every placed argument of the event (events without one have
+  none): every window of the event's record, kept when the arguments' token span lies inside its content."""
+  G = len(placed)
   tok_E2 = prepared.entity_token_E2.astype(np.int64)
-  # Span of each event's placed arguments, in content tokens of its record.
   n_placed = np.asarray([len(p) for p in placed], np.int64)
   flat = np.asarray([m for p in placed for m in p], np.int64)
   owner = np.repeat(np.arange(G, dtype=np.int64), n_placed)
   lo, hi = np.full(G, np.iinfo(np.int64).max), np.full(G, -1, np.int64)
   np.minimum.at(lo, owner, tok_E2[flat, 0])
   np.maximum.at(hi, owner, tok_E2[flat, 1])
-  # Every (event with a placed argument, window of its record) pair; keep the windows that hold the event whole.
   ev_record = np.asarray(ev_record, np.int64)
-  win_record = prepared.window_record.astype(np.int64)
-  nwin = np.bincount(win_record, minlength=R)
+  nwin = np.bincount(prepared.window_record.astype(np.int64), minlength=prepared.num_records)
   cand = np.nonzero(n_placed > 0)[0]
   pair_e = np.repeat(cand, nwin[ev_record[cand]])
   pair_w = _repeat_ranges(_ptr(nwin)[ev_record[cand]], nwin[ev_record[cand]])
   ws = prepared.window_start.astype(np.int64)[pair_w]
   inside = (lo[pair_e] >= ws) & (hi[pair_e] < ws + prepared.window_content_len.astype(np.int64)[pair_w])
-  pair_e, pair_w = pair_e[inside], pair_w[inside]
-  kept = int(np.unique(pair_e).size)
-  # Argument pairs of each event (i1 < i2 over its distinct placed arguments), then one row per held window.
+  return pair_e[inside], pair_w[inside]
+
+
+def _link_rows(prepared: PreparedSplit, placed: list[list[int]], pair_e: np.ndarray, pair_w: np.ndarray) -> np.ndarray:
+  """Unique (window, min start, max start, min end, max end) rows, window tokens: per held (event, window) pair, one
+  per pair i1 < i2 of the event's placed arguments."""
+  tok_E2 = prepared.entity_token_E2.astype(np.int64)
+  n_placed = np.asarray([len(p) for p in placed], np.int64)
   pa, pb = [], []
   for p in placed:
     for i, a in enumerate(p):
@@ -222,10 +247,4 @@ def event_table(prepared: PreparedSplit, records: Sequence[Record]) -> EventTabl
   off = int(prepared.num_prefix) - prepared.window_start.astype(np.int64)[w]
   ha, hb, ta, tb = tok_E2[a, 0] + off, tok_E2[b, 0] + off, tok_E2[a, 1] + off, tok_E2[b, 1] + off
   key = np.stack([w, np.minimum(ha, hb), np.maximum(ha, hb), np.minimum(ta, tb), np.maximum(ta, tb)], 1)
-  key = np.unique(key.reshape(-1, 5), axis=0)
-  table = EventTable(ptr=_ptr(np.bincount(key[:, 0], minlength=N)), links_Q4=key[:, 1:].astype(np.int32),
-                     events=G, kept=kept, dropped=G - kept, partial=partial)
-  log.info("event_table %s: %d events: %d kept, %d dropped (no window holds all their arguments), %d with an "
-           "argument left out (misaligned or too long); %d link rows in %d windows", prepared.name, G, kept,
-           G - kept, partial, key.shape[0], N)
-  return table
+  return np.unique(key.reshape(-1, 5), axis=0)
