@@ -55,9 +55,8 @@ class TrainHooks:
 
 @dataclasses.dataclass
 class RunContext:
-  """Where a run writes, and how it is laid out over devices and processes; `spec`, the run spec the trainer reads
-  (`factory.run_spec`), is resolved once by `train_and_evaluate` inside its error handling (a config the target
-  cannot run still writes results.json)."""
+  """Where a run writes and how it is laid out; `spec` (`factory.run_spec`) is resolved by `train_and_evaluate` inside
+  its error handling (a config the target cannot run still writes results.json)."""
 
   config: object
   workdir: object  # epath.Path
@@ -141,7 +140,7 @@ class EarlyStop:
 
 
 class Diverged(FloatingPointError):
-  pass
+  """The loss or the gradient became non-finite (`check_finite`)."""
 
 
 def check_finite(step: int, metrics, mngr) -> None:
@@ -423,6 +422,35 @@ def write_results(run: RunContext, summary: dict) -> None:
 # ----------------------------------------------------------------------------- entry
 
 
+def load_data(run: RunContext, config, summary: dict):
+  """Splits, tokenizer, types, training batches; split stats (a tagger's unrepresentable spans) into `summary`."""
+  splits, tokenizer, types = factory.prepare_data(config, tokenizer=resume.saved_tokenizer(run.workdir))
+  train_it = factory.train_batches(run.spec, splits["train"])
+  summary["split_stats"] = {k: v.all_stats() for k, v in splits.items()}
+  scheme = run.spec.tag_scheme
+  if scheme:
+    # One tag layer: nested gold spans it cannot hold stay in the gold set (scored as misses) and are counted.
+    summary["unrepresentable"] = {k: batching.count_unrepresentable(v, scheme=scheme) for k, v in splits.items()}
+    log.info("Gold spans a single %s tag layer cannot hold (nested/crossing): %s", scheme,
+             summary["unrepresentable"])
+  if jax.process_count() > 1:  # every process has read the tokenizer before process 0 rewrites it in the workdir
+    multihost_utils.sync_global_devices("gp_jax.train: data prepared")
+  return splits, tokenizer, types, train_it
+
+
+def model_fields(run: RunContext, ts: state_lib.Training) -> dict:
+  """What results.json records of the model and the training tricks (EMA, adversarial), which are logged."""
+  adversarial = run.spec.adversarial
+  if ts.setup.ema_decay:
+    log.info("EMA of the parameters (decay %g): evaluation and best/ use the EMA weights", ts.setup.ema_decay)
+  if adversarial:
+    log.info("Adversarial training: %s", adversarial)
+  return {"parameters": ts.n_params, "head_kind": "tagger" if run.spec.tag_scheme else "span",
+          **tasks.of(run.spec).run_fields(), "ema_decay": ts.setup.ema_decay,
+          "eval_weights": "ema" if ts.setup.ema_decay else "params",
+          "adversarial": dataclasses.asdict(adversarial) if adversarial else None}
+
+
 def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> dict:
   """Trains, evaluates on dev, keeps the best parameters by dev F1, evaluates them on test.
 
@@ -441,42 +469,16 @@ def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> d
 
   with runtime.on_stop(stopped_at_once):  # Ctrl-C outside the loop's steps (gp_jax.main)
     try:
-      # Data.
       run = dataclasses.replace(run, spec=factory.run_spec(config))  # what the trainer reads from here on
       for line in reporting.config_lines(run.config_json, run.spec):
         log.info(line)
-      splits, tokenizer, types = factory.prepare_data(config, tokenizer=resume.saved_tokenizer(run.workdir))
-      train_it = factory.train_batches(run.spec, splits["train"])
-      summary["split_stats"] = {k: v.all_stats() for k, v in splits.items()}
-      scheme = run.spec.tag_scheme
-      if scheme:
-        # One tag layer: nested gold spans it cannot hold stay in the gold set (scored as misses) and are counted.
-        summary["unrepresentable"] = {k: batching.count_unrepresentable(v, scheme=scheme) for k, v in splits.items()}
-        log.info("Gold spans a single %s tag layer cannot hold (nested/crossing): %s", scheme,
-                 summary["unrepresentable"])
-      if jax.process_count() > 1:
-        # Every process has read (or built) the tokenizer before process 0 (re)writes it into the workdir.
-        multihost_utils.sync_global_devices("gp_jax.train: data prepared")
-      # State.
+      splits, tokenizer, types, train_it = load_data(run, config, summary)
       ts = build_training(run, train_it, tokenizer, types)
-      summary["parameters"] = ts.n_params
-      summary["head_kind"] = "tagger" if scheme else "span"
-      summary.update(tasks.of(run.spec).run_fields())
-      summary["ema_decay"] = ts.setup.ema_decay
-      summary["eval_weights"] = "ema" if ts.setup.ema_decay else "params"
-      adversarial = run.spec.adversarial
-      summary["adversarial"] = dataclasses.asdict(adversarial) if adversarial else None
-      if ts.setup.ema_decay:
-        log.info("EMA of the parameters (decay %g): dev/test evaluation and best/ use the EMA weights",
-                 ts.setup.ema_decay)
-      if adversarial:
-        log.info("Adversarial training: %s", adversarial)
+      summary.update(model_fields(run, ts))
       evaluator = Evaluator(ts.setup, batch_size=run.spec.eval_batch_size, progress=run.is_main)
-      # Loop.
       summary.update(train_loop(run, ts, splits, evaluator, writer, hooks))
       summary["dev_history"] = dev_history(run, ts.train_it.steps_per_epoch)
       summary["train_minutes"] = (time.time() - run.t_start) / 60
-      # Final evaluation.
       if summary["preempted"]:
         summary["status"] = "preempted"
       else:
