@@ -27,12 +27,17 @@ import traceback
 from gp_jax import runtime
 from gp_jax.errors import UserError
 
-from . import prog, sweep, user_errors_exit_2, worker
+from . import module_name, prog, sweep, user_errors_exit_2
+
+# Deferred import below: launch.worker (gp_jax's trainer: jax, flax, optax; seconds to import) in `run` only, so that
+# `ended`, which every attempt's end waits for, starts in a fraction of a second.
 
 # `run`'s exit status: finished or skipped / checkpoint saved / refused (a user error, another config in the workdir:
-# no retry helps); exit 2 is a user error before the point started (user_errors_exit_2).
-EXIT_DONE, EXIT_PREEMPTED, EXIT_REFUSED = 0, worker.EXIT_PREEMPTED, 10
-REFUSED = (EXIT_REFUSED, worker.EXIT_USAGE)
+# no retry helps); exit 2 is a user error before the point started (user_errors_exit_2). EXIT_PREEMPTED, EXIT_USAGE
+# and TRAIN_POINT are launch.worker's (tests/test_slurm.py checks that they agree).
+EXIT_DONE, EXIT_PREEMPTED, EXIT_REFUSED, EXIT_USAGE = 0, 3, 10, 2
+REFUSED = (EXIT_REFUSED, EXIT_USAGE)
+TRAIN_POINT = f"{module_name('worker')}:train_point"
 REQUEUE, STAY = 0, 1  # `ended`
 SKIP, RUN, REFUSE = 0, 1, 2
 LOG_TAIL_LINES = 25
@@ -125,6 +130,8 @@ def local_device_ids(gpus_per_task: int, environ=os.environ) -> list[int] | None
 
 def _decide(sub: dict, index: int, run: sweep.Run) -> tuple[int, int, str]:
   """Process 0's look at the point: (SKIP|RUN|REFUSE, resume step, why)."""
+  from . import worker  # pylint: disable=g-import-not-at-top
+
   status = sweep.run_status(run.workdir)[0]
   if status == sweep.FINISHED:
     return SKIP, -1, "already finished"
@@ -138,13 +145,15 @@ def _decide(sub: dict, index: int, run: sweep.Run) -> tuple[int, int, str]:
 
 def run_point(sub: dict, index: int, multihost: bool) -> int:
   """Trains the point of array index `index` (skipped when finished or cancelled); returns `run`'s exit status."""
+  from . import worker  # pylint: disable=g-import-not-at-top
+
   multi, is_main = False, True
   if multihost:
     import jax  # pylint: disable=g-import-not-at-top  (only here: a one-process point never starts jax.distributed)
 
     jax.distributed.initialize(local_device_ids=local_device_ids(int(sub.get("gpus_per_task", 0))))
     multi, is_main = jax.process_count() > 1, jax.process_index() == 0
-  if sub["runner"] == worker.TRAIN_POINT:
+  if sub["runner"] == TRAIN_POINT:
     runtime.configure()
   name = sub["points"][index]
   runs = {r.name: r for r in sweep.expand(sub["config"], sub["workdir"], extra=sub["extra"])}

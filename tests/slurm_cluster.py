@@ -11,8 +11,8 @@ tasks and 2-task points share it; memory is counted, not enforced). Partitions: 
 `low` and `high`: a `high` job evicts a `low` one that holds what it needs (preempt/partition_prio,
 PreemptMode=REQUEUE). What this sandbox needs and why: proctrack/linuxproc and task/none (the cgroup plugins need a
 freezer cgroup that is not mounted), cred_expire=5 (a requeued job may start again after it, not after the default
-120 s), sched_interval=5 and bf_interval=1 (a requeued job is looked at within seconds). One slurmd per host:
-`Cluster.lock` serialises the users of this module.
+120 s; 5 is the least slurmctld takes), sched_interval=1 and bf_interval=1 (a requeued job starts ~6 s after the
+requeue; sched_interval=5 made it ~8 s). One slurmd per host: `Cluster.lock` serialises the users of this module.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MpiDefault=none
 SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=5,bf_interval=1
+SchedulerParameters=sched_interval=1,bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU_Memory
 DefMemPerCPU=100

@@ -2,8 +2,9 @@
 installed when missing and the tests run as root; otherwise the cluster's tests skip with one line saying why).
 
 Every scenario the selected tests need is submitted when the first of them starts, so the scheduler runs them side
-by side (most of their time is SLURM's own: a requeued task starts again ~10 s later, the time-limit signal comes
-within ~30 s); each test then checks its own. Orchestration uses a stand-in runner (no JAX); the trainer's tests (e2e)
+by side (most of their time is SLURM's own: a requeued task starts again ~6 s later, the time-limit signal comes
+within ~30 s); a thread signals the held points as soon as they hold, and the two-task point starts once the
+reference has compiled (`Later`); each test then checks its own. Orchestration uses a stand-in runner (no JAX); the trainer's tests (e2e)
 train experiments/synthetic.py, tiny:
 - a 2-point sweep as one array (1 process x 2 CPU devices per point) finishes; status and launch.report read it, and
   so does the --report job, which runs once the array has ended;
@@ -129,9 +130,12 @@ def gated_train(config, workdir: str) -> dict:
 # ----------------------------------------------------------------------------- helpers
 
 
+STDOUT = threading.Lock()  # held while sys.stdout is redirected: the scenarios' threads submit too
+
+
 def submit(*argv) -> str:
   out = io.StringIO()
-  with contextlib.redirect_stdout(out):
+  with STDOUT, contextlib.redirect_stdout(out):
     rc = slurm.main(["submit", *map(str, argv)])
   assert rc == 0, out.getvalue()
   return out.getvalue()
@@ -186,25 +190,31 @@ def wait_for_text(path: str, text: str) -> None:
   wait_for(lambda: text in read(path), f"{text!r} in {path}")
 
 
-def track(workdir, points: list[str]) -> dict[str, list[str]]:
-  """Each point's statuses, in order, until every one has ended: finished, failed, cancelled, stopped, or preempted
-  and no longer in the queue."""
-  seen = {p: [] for p in points}
-  ended = {p: False for p in points}
+class Tracker:
+  """Each point's statuses, in order, as `launch.slurm status` shows them, one look a `poll`."""
 
-  def done():
-    rows = {r["point"]: r for r in slurm.status_table(str(workdir), folder_of(workdir))[0]}
-    for p in points:
+  def __init__(self, workdir, points: list[str]):
+    self.workdir, self.seen, self.ended = workdir, {p: [] for p in points}, {p: False for p in points}
+
+  def poll(self) -> bool:
+    """Looks once; True when every point has ended: finished, failed, cancelled, stopped, or preempted and no longer
+    in the queue."""
+    rows = {r["point"]: r for r in slurm.status_table(str(self.workdir), folder_of(self.workdir))[0]}
+    for p, seen in self.seen.items():
       row = rows.get(p, {"status": None, "queue": None})
-      if not seen[p] or seen[p][-1] != row["status"]:
-        seen[p].append(row["status"])
+      if not seen or seen[-1] != row["status"]:
+        seen.append(row["status"])
       queued = (row["queue"] or "").upper() in slurm.QUEUED | slurm.RUNNING
-      ended[p] = row["status"] in ("finished", "failed", "cancelled", "stopped") or (
+      self.ended[p] = row["status"] in ("finished", "failed", "cancelled", "stopped") or (
           row["status"] == "preempted" and not queued)
-    return all(ended.values())
+    return all(self.ended.values())
 
-  wait_for(done, f"{points} to end in {workdir}")
-  return seen
+
+def track(workdir, points: list[str]) -> dict[str, list[str]]:
+  """Each point's statuses, in order, until every one has ended."""
+  tracker = Tracker(workdir, points)
+  wait_for(tracker.poll, f"{points} to end in {workdir}")
+  return tracker.seen
 
 
 def xla_setup(devices: int) -> str:
@@ -268,27 +278,93 @@ def start_reference(tmp):
   return workdir
 
 
-def start_interrupted(tmp):
-  """Both points held mid-run: the standard head on the default partition (for `scontrol requeue`), the efficient
-  head on `low` with most of the node's memory, so that a `high` job asking for as much evicts it alone."""
-  workdir = tmp / "interrupted"
+class Later(threading.Thread):
+  """Submits a scenario and drives it (`body(self)`) in a thread: at once, or with `after_reference` once the
+  reference's points have compiled their programs (so that it does not slow the reference's start-up and compile).
+  What went wrong is kept for the test to raise."""
+
+  def __init__(self, tmp, body, after_reference: bool):
+    super().__init__(daemon=True, name="slurm-scenario")
+    self.tmp, self.body, self.after_reference = tmp, body, after_reference
+    self.stop, self.error, self.high, self.seen = threading.Event(), None, None, None
+
+  def wait_text(self, path: str, text: str, tracker: Tracker | None = None) -> None:
+    """Until `text` is in the file at `path`; `tracker` looks at the statuses meanwhile."""
+    def ready():
+      if tracker is not None:
+        tracker.poll()
+      return self.stop.is_set() or text in read(path)
+
+    wait_for(ready, f"{text!r} in {path}")
+    if self.stop.is_set():
+      raise RuntimeError("stopped: the module's scenarios ended")
+
+  def run(self):
+    try:
+      reference = self.tmp / "reference"
+      if self.after_reference and os.path.isdir(folder_of(reference)):  # submitted first when a test reads it
+        ref = last_submission(reference)
+        for i in range(len(ref["points"])):
+          self.wait_text(log_of(ref, i), " s of compile summed")  # aot's line once every program compiled
+      self.body(self)
+    except BaseException as e:  # pylint: disable=broad-except  (raised again by the test)
+      self.error = e
+
+
+LATER: dict[str, Later] = {}  # workdir -> its thread
+
+
+def later(tmp, name: str, body, *, after_reference: bool = False):
+  workdir = tmp / name
+  LATER[str(workdir)] = Later(tmp, body, after_reference)
+  LATER[str(workdir)].start()
+  return workdir
+
+
+def submitted(workdir) -> Later:
+  """The scenario's thread, once it has submitted (and signalled) what it had to."""
+  thread = LATER[str(workdir)]
+  thread.join(TIMEOUT_S)
+  assert not thread.is_alive(), f"the thread of {workdir} did not end"
+  if thread.error is not None:
+    raise thread.error
+  return thread
+
+
+def interrupt(thread: Later) -> None:
+  """Both points held mid-run: the standard head on the default partition, requeued by `scontrol requeue`; the
+  efficient head on `low` with most of the node's memory, evicted alone by a `high` job asking for as much. Each
+  signalled as soon as it holds; their statuses followed from the start until both have ended (`thread.seen`)."""
+  workdir = thread.tmp / "interrupted"
   common = [f"--config={ht.CONFIG_FILE}", f"--workdir={workdir}", "--runner=tests.test_slurm:gated_train",
             xla_setup(2)]
   flags = ["--", *ht.flag_args(**OVERRIDES)]
   submit(*common, "--only=head=standard", *flags)
   submit(*common, "--only=head=efficient", "--partition=low", "--sbatch_args=--mem=60000", *flags)
-  return workdir
+  requeued, preempted = slurm.submissions(folder_of(workdir))
+  tracker = Tracker(workdir, [STANDARD, EFFICIENT])
+  thread.wait_text(log_of(requeued), f"GATE at step {GATE}", tracker)
+  subprocess.run(["scontrol", "requeue", f"{requeued['job_id']}_0"], check=True)
+  thread.wait_text(log_of(preempted), f"GATE at step {GATE}", tracker)
+  thread.high = subprocess.run(["sbatch", "--parsable", "--partition=high", "--mem=60000", "--output=/dev/null",
+                                "--wrap=true"], check=True, capture_output=True, text=True).stdout.strip()
+  wait_for(lambda: thread.stop.is_set() or tracker.poll(), f"{[STANDARD, EFFICIENT]} to end in {workdir}")
+  thread.seen = tracker.seen
 
 
-def start_two_tasks(tmp):
-  workdir = tmp / "two_tasks"
-  submit(f"--config={ht.CONFIG_FILE}", f"--workdir={workdir}", "--only=head=standard", "--tasks_per_node=2",
-         xla_setup(1), "--setup=export JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo", "--", *ht.flag_args(**OVERRIDES))
-  return workdir
+def two_tasks(thread: Later) -> None:
+  submit(f"--config={ht.CONFIG_FILE}", f"--workdir={thread.tmp / 'two_tasks'}", "--only=head=standard",
+         "--tasks_per_node=2", xla_setup(1), "--setup=export JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo", "--",
+         *ht.flag_args(**OVERRIDES))
 
 
-START = {"time_limit": start_time_limit, "failing": start_failing, "queue": start_queue,
-         "reference": start_reference, "interrupted": start_interrupted, "two_tasks": start_two_tasks}
+# The stand-ins' failing and queue scenarios and the two-task point start once the reference has compiled (it is on
+# the path of the first test that waits); the held points at once (theirs is the longest path).
+START = {"time_limit": start_time_limit, "reference": start_reference,
+         "failing": lambda tmp: later(tmp, "failing", lambda _: start_failing(tmp), after_reference=True),
+         "queue": lambda tmp: later(tmp, "queue", lambda _: start_queue(tmp), after_reference=True),
+         "interrupted": lambda tmp: later(tmp, "interrupted", interrupt),
+         "two_tasks": lambda tmp: later(tmp, "two_tasks", two_tasks, after_reference=True)}
 NEEDS = {  # test -> the scenarios it reads
     "test_a_sweep_as_one_array_finishes_and_report_reads_it": ("reference",),
     "test_requeue_and_preemption_save_at_the_signal_and_resume_bit_identical": ("reference", "interrupted"),
@@ -305,7 +381,13 @@ def scenarios(cluster, request, tmp_path_factory):
   selected = {item.originalname for item in request.session.items if item.module is request.module}
   tmp = tmp_path_factory.mktemp("slurm")
   (tmp / "standin.py").write_text(STANDIN_EXPERIMENT)
-  return {name: START[name](tmp) for name in START if any(name in NEEDS.get(t, ()) for t in selected)}
+  try:
+    yield {name: START[name](tmp) for name in START if any(name in NEEDS.get(t, ()) for t in selected)}
+  finally:
+    for thread in LATER.values():
+      thread.stop.set()
+      thread.join(timeout=30)
+    LATER.clear()
 
 
 # ----------------------------------------------------------------------------- no cluster needed
@@ -323,6 +405,13 @@ def test_local_device_ids_bind_each_process_to_its_own_gpus():
   assert slurm_task.local_device_ids(1, {"SLURM_LOCALID": "2"}) == [2]
   with pytest.raises(UserError, match="CUDA_VISIBLE_DEVICES=0,1"):
     slurm_task.local_device_ids(1, env("0,1", 3))
+
+
+def test_the_task_agrees_with_the_worker_on_exit_codes_and_runner():
+  """slurm_task keeps launch.worker's exit codes and default runner as its own constants (it imports the worker, and
+  with it jax, only to run a point): they must stay the worker's."""
+  assert (slurm_task.EXIT_PREEMPTED, slurm_task.EXIT_USAGE) == (worker.EXIT_PREEMPTED, worker.EXIT_USAGE)
+  assert slurm_task.TRAIN_POINT == worker.TRAIN_POINT
 
 
 def test_a_gs_workdir_needs_a_slurm_dir():
@@ -364,7 +453,7 @@ def test_a_sweep_as_one_array_finishes_and_report_reads_it(scenarios):
                                                                                                  "job.sbatch"))
   assert [state(sub, i)["attempts"] for i in (0, 1)] == [1, 1]
   out = io.StringIO()
-  with contextlib.redirect_stdout(out):
+  with STDOUT, contextlib.redirect_stdout(out):
     assert report.main([str(workdir)]) == 0
   # The --report job ran launch.report once the array had ended (afterany), with the same table.
   report_log = os.path.join(sub["log_dir"], f"report-{sub['report_job_id']}.log")
@@ -381,13 +470,9 @@ def test_a_sweep_as_one_array_finishes_and_report_reads_it(scenarios):
 @pytest.mark.e2e
 def test_requeue_and_preemption_save_at_the_signal_and_resume_bit_identical(scenarios):
   reference, workdir = scenarios["reference"], scenarios["interrupted"]
+  thread = submitted(workdir)  # it signalled the held points and followed their statuses until both ended
+  high, seen = thread.high, thread.seen
   requeued, preempted = slurm.submissions(folder_of(workdir))
-  wait_for_text(log_of(requeued), f"GATE at step {GATE}")
-  subprocess.run(["scontrol", "requeue", f"{requeued['job_id']}_0"], check=True)
-  wait_for_text(log_of(preempted), f"GATE at step {GATE}")
-  high = subprocess.run(["sbatch", "--parsable", "--partition=high", "--mem=60000", "--output=/dev/null",
-                         "--wrap=true"], check=True, capture_output=True, text=True).stdout.strip()
-  seen = track(workdir, [STANDARD, EFFICIENT])
   track(reference, [STANDARD, EFFICIENT])
   for point, sub in ((STANDARD, requeued), (EFFICIENT, preempted)):
     assert seen[point][-1] == "finished" and "preempted" in seen[point], (point, seen)
@@ -417,6 +502,7 @@ def test_requeue_and_preemption_save_at_the_signal_and_resume_bit_identical(scen
 @pytest.mark.e2e
 def test_two_tasks_under_srun_match_one_process_with_two_devices(scenarios):
   reference, workdir = scenarios["reference"], scenarios["two_tasks"]
+  submitted(workdir)
   assert track(workdir, [STANDARD])[STANDARD][-1] == "finished", read(log_of(last_submission(workdir)))[-4000:]
   track(reference, [STANDARD])
   log = read(log_of(last_submission(workdir)))
@@ -453,6 +539,7 @@ def test_time_limit_signal_requeues_and_finishes(scenarios):
 
 def test_a_point_failing_twice_is_marked_failed_with_its_log_tail(scenarios):
   workdir = scenarios["failing"]
+  submitted(workdir)
   point = "fail/mode=fail,x=0"
   seen = track(workdir, [point])
   assert seen[point][-1] == "failed", seen
@@ -482,6 +569,7 @@ def cluster_jobs_of(sub: dict) -> dict | None:
 
 def test_second_submit_skips_finished_running_and_queued_then_cancel(scenarios):
   workdir = scenarios["queue"]
+  submitted(workdir)
   finished, running, queued = "finish+block+block/mode=finish,x=0", "finish+block+block/mode=block,x=1", \
       "finish+block+block/mode=block,x=2"
   first = last_submission(workdir)
@@ -506,6 +594,6 @@ def test_second_submit_skips_finished_running_and_queued_then_cancel(scenarios):
 
 def cancel(workdir, *flags) -> str:
   out = io.StringIO()
-  with contextlib.redirect_stdout(out):
+  with STDOUT, contextlib.redirect_stdout(out):
     assert slurm.main(["cancel", f"--workdir={workdir}", *flags]) == 0
   return out.getvalue()

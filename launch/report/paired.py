@@ -7,7 +7,9 @@ from __future__ import annotations
 import statistics
 
 import numpy as np
-from scipy import stats as scipy_stats
+
+# Deferred import below: scipy.stats (over a second to import), in the functions that use it, so that a report
+# without paired tests (SLURM's --report job, a one-seed sweep) does not wait for it.
 
 BOOTSTRAP_RESAMPLES = 10_000
 _BOOTSTRAP_CELLS = 4_000_000  # record indices drawn per chunk (memory), not a statistical setting
@@ -17,11 +19,15 @@ SHARE_TOPS = (1, 5, 10)  # the influence table's share of the difference carried
 
 def t_cdf(t: float, df: float) -> float:
   """Student's t distribution function: P(T <= t) with `df` degrees of freedom (scipy.stats.t.cdf)."""
+  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
+
   return float(scipy_stats.t.cdf(t, df))
 
 
 def t_quantile(q: float, df: float) -> float:
   """The t with P(T <= t) = q (scipy.stats.t.ppf)."""
+  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
+
   return float(scipy_stats.t.ppf(q, df))
 
 
@@ -43,6 +49,8 @@ def seed_t_test(values) -> tuple[float | None, str | None]:
     return None, "n = 1"
   if np.ptp(values) <= 1e-12:  # equal up to rounding: scipy would warn and give a meaningless p
     return None, "no spread over seeds"
+  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
+
   return float(scipy_stats.ttest_1samp(values, 0.0).pvalue), None
 
 
