@@ -1,12 +1,14 @@
 """Test-only entry point: `gp_jax.main` plus injected faults (never part of the user's config).
 
-  python -m tests.fault_main --config=... --workdir=... [--sigkill_after_checkpoint_step=N]
+  python -m tests.fault_main --config=... --workdir=... [--reference_workdir=DIR] [--sigkill_after_checkpoint_step=N]
       [--sigkill_before_commit_step=N] [--gcsfs_backoff_scale=S] [--fsize_limit_after_checkpoint_step=N]
       [--block_in=compile|checkpoint] [--config.k=v ...]
 
 Runs `gp_jax.main.main` (so its error handling, its one-line errors and its workdir lock and lease are the ones
 tested) with `train.TrainHooks`. A run that SIGKILLs itself holds the workdir as any run does: the restart that
-follows tests that a dead holder's workdir is taken over at once.
+follows tests that a dead holder's workdir is taken over at once. With --reference_workdir, the same config first
+trains there uninterrupted, in this process and before any fault is armed: the run a SIGKILL test compares against,
+without a process of its own (its programs are then compiled once for both runs).
 """
 
 import concurrent.futures
@@ -25,6 +27,8 @@ _KILL = flags.DEFINE_integer("sigkill_after_checkpoint_step", 0, "SIGKILL this p
 _KILL_COMMIT = flags.DEFINE_integer("sigkill_before_commit_step", 0, "SIGKILL this process while the resume "
                                     "checkpoint of this step is being saved: its files are written, Orbax has not "
                                     "finalised it (commit_success.txt on gs://, the rename of the tmp folder locally).")
+_REFERENCE = flags.DEFINE_string("reference_workdir", "", "First train the same config here, uninterrupted, with no "
+                                 "fault armed; then the run in --workdir.")
 _BACKOFF = flags.DEFINE_float("gcsfs_backoff_scale", 1.0, "Multiply gcsfs's retry sleeps by this.")
 _FSIZE_STEP = flags.DEFINE_integer("fsize_limit_after_checkpoint_step", 0, "Once the resume checkpoint of this "
                                    "step is on disk, no file may grow past --fsize_limit_bytes (RLIMIT_FSIZE; "
@@ -86,15 +90,25 @@ def main(argv):
       signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal's default: dying
       resource.setrlimit(resource.RLIMIT_FSIZE, (_FSIZE_BYTES.value, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
+  def arm():
+    if _KILL_COMMIT.value:
+      kill_before_commit(_KILL_COMMIT.value)
+    if _BLOCK.value:
+      block_in(_BLOCK.value)
+
   if _BACKOFF.value != 1.0:
     scale_gcsfs_backoff(_BACKOFF.value)
-  if _KILL_COMMIT.value:
-    kill_before_commit(_KILL_COMMIT.value)
-  if _BLOCK.value:
-    block_in(_BLOCK.value)
   run = train.train_and_evaluate
   hooks = train.TrainHooks(after_checkpoint=after_checkpoint)
-  train.train_and_evaluate = lambda config, workdir: run(config, workdir, hooks=hooks)
+
+  def faulted(config, workdir):
+    if _REFERENCE.value:
+      reference = run(config, _REFERENCE.value)
+      print(f"reference run in {_REFERENCE.value}: {reference['status']} at step {reference['steps']}", flush=True)
+    arm()
+    return run(config, workdir, hooks=hooks)
+
+  train.train_and_evaluate = faulted
   gp_main.main(argv)
 
 

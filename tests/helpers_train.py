@@ -79,6 +79,34 @@ def subprocess_env(devices: int = 8, *, jit_cache: bool = True, **extra) -> dict
   return env
 
 
+def train_in_child(runs: list[tuple[str, dict]], *, devices: int = 1, timeout: float = 300, env=None) -> list[dict]:
+  """Each (workdir, overrides) of `runs` trained with `train.train_and_evaluate(tiny_config(**overrides), workdir)`,
+  in order, in one fresh process with `devices` CPU devices; returns their summaries (as results.json holds them).
+
+  Why: the test process has 8 fake devices, so a run there splits a batch of 16 eight ways and all-reduces every
+  gradient over 2 cores; one device takes half the CPU per step, more than the child's start-up for a run of tens
+  of steps."""
+  proc = subprocess.run([sys.executable, "-m", "tests.helpers_train", repr(runs)], check=False, cwd=REPO,
+                        env=env or subprocess_env(devices), timeout=timeout, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True)
+  assert proc.returncode == 0, proc.stdout[-4000:]
+  summaries = []
+  for workdir, _ in runs:
+    with open(os.path.join(workdir, "results.json")) as f:
+      summaries.append(json.load(f))
+  return summaries
+
+
+def _child_main(arg: str) -> None:
+  """`python -m tests.helpers_train "[(workdir, overrides), ...]"`: the other side of `train_in_child`."""
+  import ast
+
+  from gp_jax import train
+
+  for workdir, overrides in ast.literal_eval(arg):
+    train.train_and_evaluate(tiny_config(**overrides), workdir)
+
+
 def main_command(workdir: str, *, faults: dict | None = None, **overrides) -> list[str]:
   """`python -m gp_jax.main` with TINY + overrides; with `faults` ({flag: value}), tests/fault_main.py instead."""
   module = "tests.fault_main" if faults else "gp_jax.main"
@@ -165,30 +193,18 @@ def run_main(workdir: str, *, timeout: float = 180, env=None, faults=None, **ove
 
 def killed_beside_reference(ref_dir: str, run_dir: str, *, kill_step: int = 0, faults: dict | None = None, env,
                             cwd: str = REPO, timeout: float = 180, **overrides) -> subprocess.CompletedProcess:
-  """Runs an uninterrupted reference in `ref_dir` beside a run in `run_dir` that SIGKILLs itself once its
-  checkpoint of `kill_step` is on disk (or as `faults`, tests/fault_main.py flags, say). Asserts the reference
-  finished and the other was killed; returns it.
+  """One process (tests/fault_main.py) that trains an uninterrupted reference in `ref_dir`, then a run in `run_dir`
+  that SIGKILLs itself once its checkpoint of `kill_step` is on disk (or as `faults`, tests/fault_main.py flags,
+  say). Asserts the reference finished and the other was killed; returns the process.
 
-  The run starts once the reference has taken its first step: its programs are then in the test run's compilation
-  cache (tests/conftest.py), and the run loads them instead of compiling the same programs beside it."""
+  The reference shares the process, not the run: its own workdir, no fault armed while it trains; the killed run's
+  programs are the reference's, compiled once."""
   import signal
 
-  ref = subprocess.Popen(main_command(ref_dir, **overrides), cwd=cwd, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-  ref_log = LogWatcher(ref)
-  try:
-    ref_log.wait_for("first step after", timeout=timeout)  # None if it ended first: the assert below says why
-    killed = subprocess.run(main_command(run_dir, faults=faults or {"sigkill_after_checkpoint_step": kill_step},
-                                         **overrides),
-                            check=False, cwd=cwd, env=env, timeout=timeout, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    ref.wait(timeout=timeout)
-  finally:
-    if ref.poll() is None:
-      ref.kill()
-      ref.wait()
-  ref_out = ref_log.text()
-  assert ref.returncode == 0, ref_out[-4000:]
+  faults = {"reference_workdir": ref_dir, **(faults or {"sigkill_after_checkpoint_step": kill_step})}
+  killed = subprocess.run(main_command(run_dir, faults=faults, **overrides), check=False, cwd=cwd, env=env,
+                          timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  assert f"reference run in {ref_dir}: finished at step" in killed.stdout, killed.stdout[-4000:]
   assert killed.returncode == -signal.SIGKILL, killed.stdout[-4000:]
   return killed
 
@@ -250,11 +266,9 @@ TRAINED_OVERRIDES = {"eval_every_steps": 80, "checkpoint_every_steps": 80, "log_
 
 
 def train_synthetic(workdir: str) -> dict:
-  """Trains the tiny synthetic model in-process (TRAINED_STEPS steps); returns the summary. The session
-  fixture `trained_workdir` (tests/conftest.py) runs it once per test process."""
-  from gp_jax import train
-
-  return train.train_and_evaluate(tiny_config(num_train_steps=TRAINED_STEPS, **TRAINED_OVERRIDES), workdir)
+  """Trains the tiny synthetic model (TRAINED_STEPS steps) in a one-device child (`train_in_child`); returns the
+  summary. The session fixture `trained_workdir` (tests/conftest.py) runs it once per test process."""
+  return train_in_child([(workdir, {"num_train_steps": TRAINED_STEPS, **TRAINED_OVERRIDES})])[0]
 
 
 # ----------------------------------------------------------------------------- the pointer tasks' shared e2e checks
@@ -289,19 +303,18 @@ def pointer_rows(workdir: str, records: list[dict]) -> list[dict]:
 
 
 def assert_k_steps_per_call_equal_one(tmp_path, *, task: str, data: str, steps: int = 16, k: int = 4) -> None:
-  """`task` on `data` (a synthetic source) trained in-process with steps_per_execution=1 and =k (dropout on): the
-  same losses at every step and the same final state, to the last bit; the k run takes fewer calls."""
-  from gp_jax import train
-
+  """`task` on `data` (a synthetic source) trained with steps_per_execution=1 and =k (dropout on; one child process,
+  one device): the same losses at every step and the same final state, to the last bit; the k run takes fewer calls."""
   # An evaluation mid-run and at the end, on 8 records in batches of 8: at TINY's 64 rows a batch, the pointer heads'
   # evaluation programs were most of the test's time.
   run = {"num_train_steps": steps, "checkpoint_every_steps": steps // 2, "eval_every_steps": steps // 2,
          "batch_size": 16, "model.dropout": 0.1, "model.embed_dropout": 0.1, "data.name": data,
          "data.max_eval_records": 8, "eval_batch_size": 8, "data.buckets": (), "data.max_len": 64}
+  workdirs = {per_call: str(tmp_path / f"k{per_call}") for per_call in (1, k)}
+  summaries = train_in_child([(workdirs[per_call], {"task": task, "steps_per_execution": per_call, **run})
+                              for per_call in (1, k)])  # one device, both runs in one process
   out = {}
-  for per_call in (1, k):
-    workdir = str(tmp_path / f"k{per_call}")
-    summary = train.train_and_evaluate(tiny_config(task=task, steps_per_execution=per_call, **run), workdir)
+  for per_call, workdir, summary in zip((1, k), workdirs.values(), summaries):
     losses = train_losses(workdir)
     step, state = restore_state(workdir)
     out[per_call] = (summary["train_calls"], losses, step, flat(state))
@@ -365,3 +378,7 @@ def assert_exported_buffers_grow(out, records: list[dict]) -> None:
   p = serving.ExportedPredictor(str(out))
   p.predict([r["text"] for r in records])
   assert all(size > 2 for size in p.model.hit_buffers), p.model.hit_buffers
+
+
+if __name__ == "__main__":
+  _child_main(sys.argv[1])
