@@ -22,6 +22,7 @@ import contextlib
 import functools
 import json
 import os
+import pathlib
 import re
 import shutil
 import statistics
@@ -40,7 +41,7 @@ from gp_jax.data import batching, load_split, merge, windows
 from gp_jax.data.char_tokenizer import CharTokenizer
 from gp_jax.data.types import Encoding
 
-# Deferred imports below: transformers (with torch: seconds to import), for --host_share's tiny BERT only; jax and
+# Deferred imports below: safetensors and tokenizers, for --host_share's tiny BERT only; jax and
 # gp_jax's feed and train (they import jax) in the --host_share child, after runtime.configure(), which may set
 # JAX_PLATFORMS (read when jax is imported).
 
@@ -100,17 +101,15 @@ CALLS_RE = re.compile(r"(\d+) steps in (\d+) calls")
 
 
 def write_tiny_bert(directory: str, *, layers: int, hidden: int, heads: int, intermediate: int) -> None:
-  """A random transformers BertModel saved as an HF folder, with a vocab.txt of the synthetic task's characters (and
-  their ## forms), so `model.pretrained=DIR` opens it like any local checkpoint."""
-  from transformers import BertConfig, BertModel  # noqa: PLC0415
+  """A random BERT saved as an HF folder (config.json, model.safetensors, a fast tokenizer), with a vocab of the
+  synthetic task's characters and their ## forms, so `model.pretrained=DIR` opens it like any local checkpoint.
+  Written by the device check's writer (safetensors and tokenizers): importing torch for it cost seconds a run."""
+  from benchmarks.device_check.trainer import write_fake_bert  # noqa: PLC0415
 
-  os.makedirs(directory, exist_ok=True)
-  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *CHARS, *("##" + c for c in CHARS)]
-  with open(os.path.join(directory, "vocab.txt"), "w") as f:
-    f.write("\n".join(vocab) + "\n")
-  cfg = BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                   intermediate_size=intermediate, max_position_embeddings=512)
-  BertModel(cfg).save_pretrained(directory)
+  hf = {"vocab_size": None, "hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
+        "intermediate_size": intermediate, "max_position_embeddings": 512}
+  # BertTokenizer's default for a vocab.txt alone: lower case
+  write_fake_bert(pathlib.Path(directory), [CHARS], hf=hf, lowercase=True, word_pieces=True)
 
 
 def child_config(args, k: int):
