@@ -42,7 +42,10 @@ import tempfile
 
 from gp_jax import storage
 
-from . import command, module_name, points, prog, sweep, user_errors_exit_2
+from . import command, module_name, prog, sweep, user_errors_exit_2
+
+# Deferred import below: launch.points (it imports the trainer's config checks: jax, flax, optax; seconds), for
+# --dry_run's check only: the launcher that runs the points starts in a fraction of a second.
 
 # What happens to a point, from its status before this invocation.
 _ACTION = {sweep.FINISHED: "skipped", sweep.MISSING: "new"}
@@ -66,6 +69,8 @@ def dry_run_check(runs: list[sweep.Run]) -> int:
   """The dry run's config check of the points that would run: 0 when every one would start, else 2."""
   pending = [r for r in runs if sweep.run_status(r.workdir)[0] != sweep.FINISHED]
   print(f"checking the configs of {len(pending)} unfinished point{'s' * (len(pending) != 1)} ...", flush=True)
+  from . import points  # pylint: disable=g-import-not-at-top
+
   bad = points.check_points(pending, out=lambda line: print(line, file=sys.stderr, flush=True))
   if bad:
     print(f"{len(bad)} of {len(pending)} points would stop before their first step (lines above)", flush=True)
