@@ -28,6 +28,14 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
+import gc  # noqa: E402
+
+# Tracing and lowering allocate millions of short-lived objects: at Python's default thresholds (700, 10, 10) the
+# cyclic collector runs constantly and each full pass walks every object the imports left alive (jax, flax, torch).
+# Rarer young passes, and the objects alive after collection frozen out of every pass (`pytest_collection_finish`),
+# save that time (docs/benchmarks/test_suite.md); garbage cycles are still collected, a little later.
+gc.set_threshold(50_000, 20, 100)
+
 import pathlib  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -77,6 +85,11 @@ def pytest_collection_modifyitems(config, items):
       item.add_marker(pytest.mark.e2e)
   rank = {name: i for i, name in enumerate(FIRST)}
   items.sort(key=lambda item: rank.get(pathlib.Path(str(item.path)).name, len(FIRST)))  # stable: the rest as found
+
+
+def pytest_collection_finish(session):
+  gc.collect()
+  gc.freeze()  # modules, test functions, fixtures' definitions: alive to the end, so no pass need walk them
 
 
 @pytest.fixture(scope="session")
