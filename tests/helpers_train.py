@@ -81,7 +81,8 @@ def subprocess_env(devices: int = 8, *, jit_cache: bool = True, **extra) -> dict
 
 def train_in_child(runs: list[tuple[str, dict]], *, devices: int = 1, timeout: float = 300, env=None) -> list[dict]:
   """Each (workdir, overrides) of `runs` trained with `train.train_and_evaluate(tiny_config(**overrides), workdir)`,
-  in order, in one fresh process with `devices` CPU devices; returns their summaries (as results.json holds them).
+  in order, in one fresh process with `devices` CPU devices; returns their summaries (JSON, as results.json holds
+  them: a later run in the same workdir does not hide an earlier one's).
 
   Why: the test process has 8 fake devices, so a run there splits a batch of 16 eight ways and all-reduces every
   gradient over 2 cores; one device takes half the CPU per step, more than the child's start-up for a run of tens
@@ -90,11 +91,12 @@ def train_in_child(runs: list[tuple[str, dict]], *, devices: int = 1, timeout: f
                         env=env or subprocess_env(devices), timeout=timeout, stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT, text=True)
   assert proc.returncode == 0, proc.stdout[-4000:]
-  summaries = []
-  for workdir, _ in runs:
-    with open(os.path.join(workdir, "results.json")) as f:
-      summaries.append(json.load(f))
+  summaries = [json.loads(line[len(_SUMMARY):]) for line in proc.stdout.splitlines() if line.startswith(_SUMMARY)]
+  assert len(summaries) == len(runs), proc.stdout[-4000:]
   return summaries
+
+
+_SUMMARY = "train_in_child summary: "
 
 
 def _child_main(arg: str) -> None:
@@ -104,7 +106,8 @@ def _child_main(arg: str) -> None:
   from gp_jax import train
 
   for workdir, overrides in ast.literal_eval(arg):
-    train.train_and_evaluate(tiny_config(**overrides), workdir)
+    summary = train.train_and_evaluate(tiny_config(**overrides), workdir)
+    print(_SUMMARY + json.dumps(summary, default=str), flush=True)  # as results.json holds it
 
 
 def main_command(workdir: str, *, faults: dict | None = None, **overrides) -> list[str]:
