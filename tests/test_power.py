@@ -4,14 +4,22 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats as scipy_stats
 
-from launch.report import power
+
+@pytest.fixture(scope="module")
+def power():
+  """launch.report.power, imported by the tests that use it: it imports scipy (slow to import), which would
+  otherwise be paid at collection by every xdist worker."""
+  from launch.report import power  # pylint: disable=g-import-not-at-top
+
+  return power
 
 
 def _simulated_power(effect, sd, n, alpha, *, trials=40_000, seed=0):
   """Share of simulated paired t-tests (n differences ~ N(effect, sd^2)) with two-sided p < alpha, from the
   t statistic's formula and the central t's quantile (not the code under test)."""
+  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
+
   d = np.random.default_rng(seed).normal(effect, sd, size=(trials, n))
   t = d.mean(1) / (d.std(1, ddof=1) / math.sqrt(n))
   crit = scipy_stats.t.ppf(1 - alpha / 2, n - 1)
@@ -22,20 +30,20 @@ def _simulated_power(effect, sd, n, alpha, *, trials=40_000, seed=0):
     (1.0, 1.0, 5, 0.05), (0.5, 1.0, 10, 0.05), (10.48, 1.81, 3, 0.05 / 15), (5.32, 1.34, 4, 0.01),
     (2.0, 1.0, 2, 0.01), (0.0, 1.0, 6, 0.05),
     (6.95, 1.48, 3, 0.01), (6.95, 1.48, 4, 0.01)])  # the last two: scipy's nct gives nan, the integral answers
-def test_power_matches_monte_carlo(effect, sd, n, alpha):
+def test_power_matches_monte_carlo(effect, sd, n, alpha, power):
   got = power.paired_t_power(effect, sd, n, alpha=alpha)
   sim = _simulated_power(effect, sd, n, alpha)
   se = math.sqrt(max(sim * (1 - sim), 1e-4) / 40_000)
   assert abs(got - sim) < 5 * se + 1e-3, (got, sim)
 
 
-def test_power_far_in_the_tail_is_a_number():
+def test_power_far_in_the_tail_is_a_number(power):
   # scipy.stats.nct gives nan here (a 19-sd effect); the power must be 1, not nan.
   assert power.paired_t_power(0.0763, 0.0040, 3, alpha=0.01) == pytest.approx(1.0)
   assert power.paired_t_power(-0.0763, 0.0040, 3, alpha=0.01) == pytest.approx(1.0)
 
 
-def test_required_n_is_the_first_n_with_enough_power():
+def test_required_n_is_the_first_n_with_enough_power(power):
   n = power.required_n(1.0, 1.0, alpha=0.05, power=0.8)
   # Textbook: d = 1, two-sided 0.05, 80% power -> 10 pairs.
   assert n == 10
@@ -43,7 +51,7 @@ def test_required_n_is_the_first_n_with_enough_power():
   assert power.required_n(0.0, 1.0, alpha=0.05, n_max=50) is None
 
 
-def test_sd_upper_bound_covers_as_stated():
+def test_sd_upper_bound_covers_as_stated(power):
   # From 3 normal values, the bound lies at or above the true sd in 80% of samples.
   s = np.random.default_rng(1).normal(0.0, 2.0, size=(4000, 3)).std(1, ddof=1)
   bounds = np.array([power.sd_upper(x, 3, 0.8) for x in s])
@@ -55,7 +63,7 @@ def _row(study, dataset, what, values, *, significant=False, max_len=None, t_p=0
           "t_p": t_p, "t_p_holm": t_p, "significant": significant, **({"arms": arms} if arms else {})}
 
 
-def test_plan_counts_the_family_and_fixes_n_per_study():
+def test_plan_counts_the_family_and_fixes_n_per_study(power):
   rows = [_row("s/a", "msra", "RoPE on vs off (standard)", [0.10, 0.11]),
           _row("s/a", "msra", "RoPE on vs off (efficient)", [0.05, 0.15]),
           _row("s/a", "msra", "GP vs CRF (GP with RoPE)", [0.0, 0.01]),
