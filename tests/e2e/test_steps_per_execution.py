@@ -31,20 +31,18 @@ def _assert_same_state(a, b):
 
 
 def test_four_steps_per_call_equal_one_per_call_to_the_last_bit(tmp_path):
-  env = ht.subprocess_env(devices=1)
   one, four = str(tmp_path / "k1"), str(tmp_path / "k4")
-  r1 = ht.run_main(one, env=env, timeout=TIMEOUT, steps_per_execution=1, **K_RUN)
-  r4 = ht.run_main(four, env=env, timeout=TIMEOUT, steps_per_execution=4, **K_RUN)
-  assert r1.returncode == 0, r1.stdout[-4000:]
-  assert r4.returncode == 0, r4.stdout[-4000:]
-  assert re.search(r"28 steps in 28 calls", r1.stdout)
-  calls = int(re.search(r"28 steps in (\d+) calls", r4.stdout).group(1))
-  assert calls < 28 and re.search(r"compiled ahead: train L\d+ B12 x4: ", r4.stdout)
+  # Both runs in one fresh one-device process, each with its own log.
+  (_, out1), (_, out4) = ht.train_in_child([(one, dict(K_RUN, steps_per_execution=1)),
+                                            (four, dict(K_RUN, steps_per_execution=4))], timeout=TIMEOUT, logs=True)
+  assert re.search(r"28 steps in 28 calls", out1), out1[-4000:]
+  calls = int(re.search(r"28 steps in (\d+) calls", out4).group(1))
+  assert calls < 28 and re.search(r"compiled ahead: train L\d+ B12 x4: ", out4)
   l1, l4 = ht.train_losses(one), ht.train_losses(four)
   assert sorted(l1) == sorted(l4) == list(range(1, 29))
   assert [l1[s] for s in sorted(l1)] == [l4[s] for s in sorted(l4)]  # every step's loss, exactly
   _assert_same_state(one, four)
-  for out in (r1.stdout, r4.stdout):
+  for out in (out1, out4):
     total = re.search(r"compiled ahead: (\d+) programs in ([\d.]+) s wall, ([\d.]+) s of compile summed", out)
     assert total and int(total.group(1)) >= 2
     assert not re.search(r"train[^\n]*not compiled ahead", out)  # every train program was ready before step 1
