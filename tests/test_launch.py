@@ -424,8 +424,11 @@ def test_workers_script_runs_points_skipping_finished(tmp_path):
 @pytest.mark.e2e  # the preflight runs launch.compile (libtpu)
 def test_tpu_dry_run_prints_commands(tmp_path, capsys):
   config = "experiments/synthetic.py:quick"
+  # The extra head flag comes after each point's own: both points build one program, which the preflight compiles
+  # once (train and eval) instead of twice.
+  extra = ["--config.num_epochs=1", "--config.model.head=standard"]
   rc = tpu.main(["run", "--tpu=pod", "--zone=z", "--project=p", f"--config={config}", "--workdir=/local/runs",
-                 "--python=~/gp_venv/bin/python", "--dry_run", "--", "--config.num_epochs=1"])
+                 "--python=~/gp_venv/bin/python", "--dry_run", "--", *extra])
   assert rc == 0
   captured = capsys.readouterr()
   assert "not gs://" in captured.err
@@ -442,7 +445,8 @@ def test_tpu_dry_run_prints_commands(tmp_path, capsys):
   assert not os.path.exists(lines[0][4]) and not os.path.exists(script_file)  # nothing was written or run
   script = captured.out.split(f"--- {script_file}:\n")[1].split(f"--- end of {script_file}")[0]
   assert script == tpu_commands.worker_script(sha=sha, slice_name="pod", config=config, workdir="/local/runs",
-                                              extra=["--config.num_epochs=1"], python="~/gp_venv/bin/python")
+                                              extra=extra, python="~/gp_venv/bin/python")
+  assert "compiled 2 programs" in captured.out and "same program as quick/head=standard" in captured.out, captured.out
   assert f"{len(sweep.expand(os.path.join(REPO, config), '/local/runs'))} points, code HEAD = {sha}" in captured.out
 
 
