@@ -83,7 +83,8 @@ def test_first_step_line_and_the_cache_fills(tmp_path):
   env = helpers_train.subprocess_env(jit_cache=False, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0)
   seen = []
   for run in ("cold", "warm"):
-    out = helpers_train.run_main(str(tmp_path / run), env=env, num_train_steps=2, compilation_cache=str(cache))
+    out = helpers_train.run_main(str(tmp_path / run), env=env, num_train_steps=2, compilation_cache=str(cache),
+                                 **{"model.num_layers": 1, "data.max_eval_records": 8})  # less to compile cold
     assert out.returncode == 0, out.stdout[-2000:]
     assert f"Compilation cache: {cache}" in out.stdout
     m = re.search(r"first step after ([\d.]+) s \(compile ([\d.]+) s\)", out.stdout)

@@ -99,7 +99,8 @@ def test_user_files_through_the_config(tmp_path):
   common = {"data.name": "conll", "data.train_file": train_file, "data.dev_file": dev_file, "num_train_steps": 60,
             "optimizer.lr": 1e-2, "data.max_len": 48}
   workdir = str(tmp_path / "conll")
-  out = ht.run_main(workdir, timeout=TIMEOUT, **common, **{"data.conll_tag_cols": (1, 2)})
+  env = ht.subprocess_env(devices=1)  # one device here and in the child below: the same F1 to compare
+  out = ht.run_main(workdir, env=env, timeout=TIMEOUT, **common, **{"data.conll_tag_cols": (1, 2)})
   assert out.returncode == 0, out.stdout[-4000:]
   results = json.load(open(os.path.join(workdir, "results.json")))
   assert results["split_stats"]["train"]["entities"] == n_outer + n_inner
@@ -107,10 +108,6 @@ def test_user_files_through_the_config(tmp_path):
   assert "MISC" in out.stdout and "train" in out.stdout  # the warning names the type train lacks
   assert results["dev"]["per_type"]["MISC"]["tp"] == 0 and results["dev"]["per_type"]["MISC"]["gold"] > 0
   assert results["dev"]["per_type"]["LOC"]["tp"] > 0 and results["dev"]["per_type"]["ORG"]["tp"] > 0
-
-  # The last column only (the default): the outer level is not read.
-  last_only = train.train_and_evaluate(ht.tiny_config(**{**common, "num_train_steps": 2}), str(tmp_path / "last"))
-  assert last_only["split_stats"]["train"]["entities"] == n_inner
 
   # The same records as JSONL.
   from gp_jax.data import read_conll
@@ -121,8 +118,12 @@ def test_user_files_through_the_config(tmp_path):
     with open(jsonl[name], "w") as f:
       for r in read_conll(path, tag_cols=(1, 2)):
         f.write(json.dumps({"id": r["id"], "text": r["text"], "entities": r["entities"]}) + "\n")
-  same = train.train_and_evaluate(ht.tiny_config(**{**common, "data.name": "jsonl", "data.train_file": jsonl["train"],
-                                                   "data.dev_file": jsonl["dev"]}), str(tmp_path / "jsonl"))
+  last_only, same = ht.train_in_child([
+      (str(tmp_path / "last"), {**common, "num_train_steps": 2}),
+      (str(tmp_path / "jsonl"), {**common, "data.name": "jsonl", "data.train_file": jsonl["train"],
+                                 "data.dev_file": jsonl["dev"]})], env=env, timeout=TIMEOUT)
+  # The last column only (the default): the outer level is not read.
+  assert last_only["split_stats"]["train"]["entities"] == n_inner
   assert same["split_stats"] == results["split_stats"]
   assert same["dev"]["f1"] == pytest.approx(results["dev"]["f1"], abs=1e-6)
 
