@@ -75,9 +75,10 @@ while todo:
 allowed |= image
 owner = {}  # installed file -> its distribution
 for dist in importlib.metadata.distributions():
+  name = norm(dist.metadata["Name"])  # once a distribution: each .metadata parses METADATA again (~18,000 files)
   for f in dist.files or ():
     if f.suffix in (".py", ".so", ".pyd"):
-      owner[os.path.realpath(dist.locate_file(f))] = norm(dist.metadata["Name"])
+      owner[os.path.realpath(dist.locate_file(f))] = name
 refused = []
 
 
