@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gp_jax.ops import span_mask, sparse_zlpr_loss, zlpr_loss
+from gp_jax import ops
+
+# The ops under test, jitted as the trainer runs them: run eagerly, every primitive is compiled on its own for each
+# new shape.
+span_mask = jax.jit(ops.span_mask, static_argnames=("max_span_width", "triangular"))
+zlpr_loss = jax.jit(ops.zlpr_loss)
+sparse_zlpr_loss = jax.jit(ops.sparse_zlpr_loss, static_argnames="reduction")
 
 
 def zlpr_reference(logits, labels, mask):
