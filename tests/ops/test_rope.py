@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gp_jax.ops import apply_rope
+from gp_jax import ops
+
+# The op under test, jitted as the trainer runs it: run eagerly, every primitive is compiled on its own for each new
+# shape.
+apply_rope = jax.jit(ops.apply_rope, static_argnames="base")
 
 
 def rope_reference(x, positions, base=10000.0):
