@@ -5,7 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gp_jax.ops import blockwise_decode_hits, blockwise_zlpr_loss, gather_hits, span_mask, span_scores, sparse_zlpr_loss
+from gp_jax import ops
+from gp_jax.ops import blockwise_decode_hits, blockwise_zlpr_loss
+
+# The dense references, jitted: run eagerly, every primitive is compiled on its own for each new shape.
+gather_hits = jax.jit(ops.gather_hits, static_argnames="size")
+span_mask = jax.jit(ops.span_mask, static_argnames=("max_span_width", "triangular"))
+span_scores = jax.jit(ops.span_scores)
+sparse_zlpr_loss = jax.jit(ops.sparse_zlpr_loss, static_argnames="reduction")
 
 
 def make_case(seed, *, B=2, L=19, Hq=3, H=3, d=8, K=5, scale=1.5, biases=False, lengths=(19, 11)):
