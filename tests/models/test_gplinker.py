@@ -63,6 +63,12 @@ def pointer_reference(pointer, x_BLD, am_BL, positions_BL, *, efficient, rope, t
   return out
 
 
+# The head's forward pass and losses, jitted as the trainer runs them: run eagerly, every op compiles on its own.
+_forward = nnx.jit(lambda head, x, am, kw: head(x, am, **kw))
+_losses = nnx.jit(lambda head, x, am, kw: head.losses(x, am, **kw))
+_loss = nnx.jit(lambda head, x, am, kw: head.loss(x, am, **kw))
+
+
 def make_case(seed, *, B=2, L=7, D=6, E=2, R=3, d=4, **kw):
   head = GPLinkerHead(D, E, R, head_size=d, rngs=nnx.Rngs(seed), **kw)
   rng = np.random.default_rng(seed)
@@ -78,7 +84,7 @@ def make_case(seed, *, B=2, L=7, D=6, E=2, R=3, d=4, **kw):
 @pytest.mark.parametrize("use_rope,pointer_rope", [(True, False), (True, True), (False, False)])
 def test_pointer_scores_against_formulas(efficient, use_rope, pointer_rope):
   head, x, am, positions = make_case(0, efficient=efficient, use_rope=use_rope, pointer_rope=pointer_rope)
-  ent, hd, tl = head(jnp.asarray(x), jnp.asarray(am), positions=jnp.asarray(positions))
+  ent, hd, tl = _forward(head, jnp.asarray(x), jnp.asarray(am), {"positions": jnp.asarray(positions)})
   assert ent.shape == (2, 2, 7, 7) and hd.shape == tl.shape == (2, 3, 7, 7)
   cases = ((ent, head.entity_pointer, use_rope, True), (hd, head.head_pointer, pointer_rope, False),
            (tl, head.tail_pointer, pointer_rope, False))
@@ -94,7 +100,7 @@ def test_pointer_scores_against_formulas(efficient, use_rope, pointer_rope):
 
 def test_pointers_are_separate_parameters():
   head, x, am, positions = make_case(1)
-  _, hd, tl = head(jnp.asarray(x), jnp.asarray(am))
+  _, hd, tl = _forward(head, jnp.asarray(x), jnp.asarray(am), {})
   assert not np.allclose(np.asarray(hd), np.asarray(tl))
   assert {"entity_pointer", "head_pointer", "tail_pointer"} <= set(nnx.state(head, nnx.Param).keys())
 
@@ -146,16 +152,16 @@ def test_loss_against_formulas(efficient, pointer_rope):
     parts[name] = zlpr_np(scores, gold, valid)
   args = (jnp.asarray(x), jnp.asarray(am))
   kw = {k: jnp.asarray(v) for k, v in ids.items()}
-  got = head.losses(*args, positions=jnp.asarray(positions), **kw)
+  got = _losses(head, *args, {"positions": jnp.asarray(positions), **kw})
   for name in parts:
     assert float(got[name]) == pytest.approx(parts[name], rel=1e-4), name
-  total = head.loss(*args, positions=jnp.asarray(positions), **kw)
+  total = _loss(head, *args, {"positions": jnp.asarray(positions), **kw})
   assert float(total) == pytest.approx(sum(parts.values()) / 3, rel=1e-4)
   # The lower-triangle gold cells of the pointers count: dropping them changes the loss.
   lower = {k: np.where((v >= 0) & (v // L > v % L), -1, v) for k, v in ids.items() if k != "entity_ids"}
   assert any((lower[k] != ids[k]).any() for k in lower)
-  dropped = head.losses(*args, positions=jnp.asarray(positions), entity_ids=kw["entity_ids"],
-                        **{k: jnp.asarray(v) for k, v in lower.items()})
+  dropped = _losses(head, *args, {"positions": jnp.asarray(positions), "entity_ids": kw["entity_ids"],
+                                  **{k: jnp.asarray(v) for k, v in lower.items()}})
   assert float(dropped["head"]) != pytest.approx(float(got["head"]), rel=1e-6)
 
 
