@@ -322,7 +322,8 @@ def pointer_rows(workdir: str, records: list[dict]) -> list[dict]:
 
 def assert_k_steps_per_call_equal_one(tmp_path, *, task: str, data: str, steps: int = 16, k: int = 4) -> None:
   """`task` on `data` (a synthetic source) trained with steps_per_execution=1 and =k (dropout on; one child process,
-  one device): the same losses at every step and the same final state, to the last bit; the k run takes fewer calls."""
+  one device): the same losses at every step and the same final state, to the last bit; the k run takes fewer
+  calls."""
   # An evaluation mid-run and at the end, on 8 records in batches of 8: at TINY's 64 rows a batch, the pointer heads'
   # evaluation programs were most of the test's time.
   run = {"num_train_steps": steps, "checkpoint_every_steps": steps // 2, "eval_every_steps": steps // 2,
