@@ -8,7 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gp_jax.ops import TRIPLE_COLUMNS, assemble_triples, relation_hits, span_mask, sparse_zlpr_loss
+from gp_jax import ops
+from gp_jax.ops import TRIPLE_COLUMNS, assemble_triples, relation_hits
+
+# The masks and the loss, jitted as the trainer runs them: run eagerly, every op compiles on its own for each shape.
+span_mask = jax.jit(ops.span_mask, static_argnames=("max_span_width", "triangular"))
+sparse_zlpr_loss = jax.jit(ops.sparse_zlpr_loss, static_argnames="reduction")
 from gp_jax.tasks.base import grown_sizes
 
 
