@@ -427,6 +427,9 @@ def test_tpu_dry_run_prints_commands(tmp_path, capsys):
   # The extra head flag comes after each point's own: both points build one program, which the preflight compiles
   # once (train and eval) instead of twice.
   extra = ["--config.num_epochs=1", "--config.model.head=standard"]
+  head = lambda: subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,  # noqa: E731
+                                text=True).stdout.strip()
+  before = head()
   rc = tpu.main(["run", "--tpu=pod", "--zone=z", "--project=p", f"--config={config}", "--workdir=/local/runs",
                  "--python=~/gp_venv/bin/python", "--dry_run", "--", *extra])
   assert rc == 0
@@ -435,9 +438,9 @@ def test_tpu_dry_run_prints_commands(tmp_path, capsys):
   lines = [shlex.split(ln) for ln in captured.out.splitlines() if ln.startswith(("gcloud ", "git "))]
   assert [ln[:5] for ln in lines] == [["git", "archive", "--format=tar.gz", "-o", lines[0][4]]] + [
       ["gcloud", "compute", "tpus", "tpu-vm", c] for c in ("scp", "ssh", "scp", "ssh")]
-  sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,
-                       text=True).stdout.strip()
-  assert lines[0][-1] == "HEAD" and sha in lines[1][6]
+  # HEAD when the dry run read it: a commit made meanwhile (another process's) moves it
+  sha = next((s for s in (before, head()) if s in lines[1][6]), None)
+  assert lines[0][-1] == "HEAD" and sha, (before, lines[1])
   script_file = lines[3][5]
   assert lines[1:] == tpu_commands.start_workers_commands(name="pod", zone="z", project="p", sha=sha,
                                                           tarball=lines[0][4], script_file=script_file,
