@@ -427,8 +427,11 @@ def test_tpu_dry_run_prints_commands(tmp_path, capsys):
   # The extra head flag comes after each point's own: both points build one program, which the preflight compiles
   # once (train and eval) instead of twice.
   extra = ["--config.num_epochs=1", "--config.model.head=standard"]
-  head = lambda: subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,  # noqa: E731
-                                text=True).stdout.strip()
+
+  def head():
+    return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True).stdout.strip()
+
   before = head()
   rc = tpu.main(["run", "--tpu=pod", "--zone=z", "--project=p", f"--config={config}", "--workdir=/local/runs",
                  "--python=~/gp_venv/bin/python", "--dry_run", "--", *extra])
