@@ -163,7 +163,7 @@ def test_tiny_trainer_stage_fused_vs_reference(tmp_path):
 
 @pytest.mark.e2e
 def test_fused_vs_reference_side_that_aborts_loses_only_its_row(tmp_path):
-  """Both sides planted to abort after building: the reference still runs after the fused side died, each is a row
+  """Both sides planted to abort before building: the reference still runs after the fused side died, each is a row
   with its signal, the check says why there is no comparison, and the stage goes on."""
   proc = _run(tmp_path, "--budget_s=120", "--stages=trainer", "--trainer_runs=fused_vs_reference", "--plant_abort")
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -68,7 +68,7 @@ class StepVariant:
   env: dict = dataclasses.field(default_factory=dict)
   needs: str = ""
   default: bool = True
-  plant: bool = False  # tests only (--plant_abort): its process aborts after building, as cuDNN's did
+  plant: bool = False  # tests only (--plant_abort): its process aborts (SIGABRT, as cuDNN's did) before building
   length: int = 0  # another L than the stage's (the short-sentence step); 0: the stage's
 
   def child_only(self) -> str | None:
@@ -150,11 +150,11 @@ def build_variant(v: StepVariant, s: dict) -> tuple:
   + `aot.resolve` (its per-program XLA options) + `aot.compile_all`, with the variant's in-process env set."""
   from gp_jax import aot, factory  # pylint: disable=g-import-not-at-top
 
+  if v.plant:  # the tests' stand-in: the parent's handling of a dead child is what it checks, not where it died
+    plant_abort()
   with runtime.environ({k: x for k, x in v.env.items() if k in IN_PROCESS_ENV}):
     compile_before, t0 = runtime.compile_seconds(), time.perf_counter()
     step, dbatch, flops, _ = project_step(s["hf"], batch=s["B"], seq=v.seq(s), **v.model)
-    if v.plant:  # before compiling: the tests' stand-in costs no compile
-      plant_abort()
     program = aot.resolve(aot.train_program(step.step_fn, step.setup, step.tx, batch=s["B"], length=v.seq(s)),
                           step.setup, factory.target_platform())
     aot.compile_all([program], threads=1)
@@ -167,8 +167,9 @@ def build_variant(v: StepVariant, s: dict) -> tuple:
 
 
 def plant_abort() -> None:
-  """The tests' stand-in for cuDNN's abort: SIGABRT after building, without a core file."""
+  """The tests' stand-in for cuDNN's abort: SIGABRT before building the step (no model, no compile: the child's
+  cost is its start-up), without a core file."""
   with contextlib.suppress(ValueError, OSError):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-  print("planted abort: os.abort() after building the step (--plant_abort)", flush=True)
+  print("planted abort: os.abort() before building the step (--plant_abort)", flush=True)
   os.abort()
