@@ -78,8 +78,7 @@ def _interrupted(message: str) -> None:
   """Ctrl-C: one line, exit 130, threads (compiles, Orbax) not waited for."""
   sys.stdout.flush()
   print(f"interrupted: {message}", file=sys.stderr, flush=True)
-  logging.shutdown()
-  os._exit(runtime.EXIT_INTERRUPTED)
+  _exit_now(runtime.EXIT_INTERRUPTED)
 
 
 def main(argv):
@@ -108,27 +107,26 @@ def main(argv):
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # Orbax's failed writes, logged again at teardown
     sys.stderr.flush()  # the failed save's threads may have printed a partial line: ours starts a new one
     print(f"\nerror: storage full: {full}. {_last_checkpoint(_WORKDIR.value)}", file=sys.stderr, flush=True)
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
     # No interpreter teardown: the failed save's background threads would print "Event loop is closed"
     # tracebacks after the one line (seen under load). Every write that could still succeed is done.
-    os._exit(2)
+    _exit_now(2)
   code = 0
   if summary.get("signal") == "SIGINT":
     print(f"interrupted: Ctrl-C; saved the checkpoint of step {summary['steps']} in "
           f"{storage.path(_WORKDIR.value) / 'ckpt'}. Rerun the same command to resume", file=sys.stderr)
     code = runtime.EXIT_INTERRUPTED
-  _end(code)
+  _exit_now(code, finished=True)
 
 
-def _end(code: int) -> None:
-  """Ends a run whose every write is done as the interpreter would, less its teardown (module and XLA client
-  destructors: ~1.4 s after the last line): other threads joined, atexit handlers run, logs and streams flushed."""
-  for thread in threading.enumerate():
-    if thread is not threading.main_thread() and not thread.daemon:
-      thread.join()
-  atexit._run_exitfuncs()  # pylint: disable=protected-access
+def _exit_now(code: int, *, finished: bool = False) -> None:
+  """Ends the process without the interpreter's teardown (module and XLA client destructors: ~1.4 s after the last
+  line), logs and streams flushed. `finished` (every write done): other threads joined and atexit handlers run
+  first, as the interpreter would; else (Ctrl-C, a full disk) they are not waited for."""
+  if finished:
+    for thread in threading.enumerate():
+      if thread is not threading.main_thread() and not thread.daemon:
+        thread.join()
+    atexit._run_exitfuncs()  # pylint: disable=protected-access
   logging.shutdown()
   sys.stdout.flush()
   sys.stderr.flush()
