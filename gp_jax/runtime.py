@@ -12,7 +12,8 @@ SIGINT (Ctrl-C) handling.
   make each step re-map and re-fault them, so `configure()` turns all three off (GP_JAX_MALLOC=0 leaves malloc
   alone). The price is heap fragmentation around multi-GiB buffers: long documents should use `loss.block_size`.
 - threefry on CPU: JAX's CPU lowering is a rolled loop XLA:CPU runs as separate kernels; `configure()` registers the
-  unrolled lowering other backends use (the same bits, one fused kernel; GP_JAX_THREEFRY=rolled keeps JAX's).
+  unrolled lowering other backends use for draws above THREEFRY_ROLLED_MAX words (the same bits, one fused kernel;
+  small draws keep the loop so that XLA does not copy them into every fusion; GP_JAX_THREEFRY=rolled keeps JAX's).
 - compilation cache: `configure_compilation_cache(config.compilation_cache)` (gp_jax/compile_cache.py).
 - `compile_seconds()` / `process_seconds()` give the `first step after N s (compile M s)` line.
 - dropout bits: `model.dropout_bits` (factory.resolve_dropout_bits); `dropout_bits()` is the fallback for a model
@@ -30,6 +31,7 @@ import ctypes
 import ctypes.util
 import importlib.util
 import logging
+import math
 import os
 import platform
 import signal
@@ -91,9 +93,16 @@ def configure_malloc() -> dict[str, int]:
   return done
 
 
+# Draws this small (key derivations: fold_in, split, a hash mask's two key words) keep JAX's rolled loop under the
+# "unrolled" lowering: XLA:CPU fuses an unrolled hash into every op that reads its result, so a step's ~30 scalar key
+# derivations were compiled into ~150 fusions (a tiny BERT step: 22,900 lines of optimized HLO, 14,400 with loops).
+THREEFRY_ROLLED_MAX = 64
+
+
 def set_threefry_lowering(kind: str) -> bool:
-  """Registers JAX's "unrolled" threefry2x32 lowering (other backends') or its "rolled" one (CPU default) for
-  CPU; applies to programs compiled afterwards. False when this JAX lacks the internals."""
+  """Registers JAX's "unrolled" threefry2x32 lowering (other backends') for draws of more than THREEFRY_ROLLED_MAX
+  words, or its "rolled" one (CPU default) for all, for CPU; applies to programs compiled afterwards. The bits are
+  the same either way. False when this JAX lacks the internals."""
   if kind not in ("unrolled", "rolled"):
     raise ValueError(f"threefry lowering must be 'unrolled' or 'rolled', got {kind!r}")
   rules = jax_private.threefry_cpu_lowerings()
@@ -103,12 +112,18 @@ def set_threefry_lowering(kind: str) -> bool:
   from jax.interpreters import mlir  # pylint: disable=g-import-not-at-top
 
   primitive, unrolled, rolled = rules
-  mlir.register_lowering(primitive, unrolled if kind == "unrolled" else rolled, platform="cpu")
+
+  def by_size(ctx, *args, **params):
+    words = max(math.prod(aval.shape) for aval in ctx.avals_in)
+    return (rolled if words <= THREEFRY_ROLLED_MAX else unrolled)(ctx, *args, **params)
+
+  mlir.register_lowering(primitive, by_size if kind == "unrolled" else rolled, platform="cpu")
   return True
 
 
 def configure_threefry() -> str:
-  """The unrolled lowering unless GP_JAX_THREEFRY=rolled; returns the lowering in use."""
+  """The unrolled lowering (above THREEFRY_ROLLED_MAX words) unless GP_JAX_THREEFRY=rolled; returns the lowering in
+  use."""
   if os.environ.get("GP_JAX_THREEFRY", "unrolled").lower() == "rolled":
     return "rolled"
   return "unrolled" if set_threefry_lowering("unrolled") else "rolled"

@@ -60,10 +60,12 @@ count = rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)
 f = jax.jit(threefry_2x32)
 hlo = f.lower(jnp.asarray(key), jnp.asarray(count)).compile().as_text()
 out = np.asarray(f(jnp.asarray(key), jnp.asarray(count)))
+small = f.lower(jnp.asarray(key), jnp.asarray(count[:8])).compile().as_text()
+small_out = np.asarray(f(jnp.asarray(key), jnp.asarray(count[:8])))
 drop = jax.jit(lambda k: jax.random.bernoulli(k, 0.9, (64, 128)))
 mask = np.asarray(drop(jax.random.key(7)))
 json.dump({"mode": mode, "while": " while(" in hlo, "key": key.tolist(), "count": count.tolist(),
-           "out": out.tolist(), "mask": np.packbits(mask).tolist()}, sys.stdout)
+           "out": out.tolist(), "small_while": " while(" in small, "small_out": small_out.tolist(), "mask": np.packbits(mask).tolist()}, sys.stdout)
 """
 
 
@@ -91,10 +93,23 @@ def test_unrolled_threefry_gives_the_reference_bits_without_a_loop(children):
 
 
 @pytest.mark.e2e
+def test_small_draws_keep_the_loop_under_the_unrolled_lowering(children):
+  """Key derivations (a few words) stay one loop each, so XLA cannot copy their hash into every fusion that reads
+  the key; same bits."""
+  run = children["unrolled"]
+  assert run["small_while"], "an 8-word draw was unrolled"
+  count = np.asarray(run["count"], np.uint32)[:8]
+  x0, x1 = threefry2x32_reference(run["key"], count[:4], count[4:])
+  np.testing.assert_array_equal(np.asarray(run["small_out"], np.uint32), np.concatenate([x0, x1]))
+  assert 8 <= runtime.THREEFRY_ROLLED_MAX < 4096
+
+
+@pytest.mark.e2e
 def test_rolled_and_unrolled_lowerings_draw_the_same_dropout_masks(children):
   assert children["rolled"]["mode"] == "rolled" and children["rolled"]["while"]
   assert children["rolled"]["out"] == children["unrolled"]["out"]
   assert children["rolled"]["mask"] == children["unrolled"]["mask"]
+  assert children["rolled"]["small_out"] == children["unrolled"]["small_out"]
 
 
 def test_malloc_settings_turn_off_mmap_trimming_and_arenas():
