@@ -141,73 +141,85 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
                  hit_buffer: int = DEFAULT_HIT_BUFFER, batch_size: int = 0, threshold: float | None = None,
                  extra: dict | None = None) -> dict:
   """Writes the serving folder `out` for a `state.Setup` and its parameters; returns the manifest."""
-  if fmt not in MODEL_FILES:
-    raise ExportError(f"--format must be one of {sorted(MODEL_FILES)}, got {fmt!r}")
-  spec, tokenizer, types = setup.spec, setup.tokenizer, setup.types
+  spec = setup.spec
   task, host = tasks.of(spec), tasks.host(spec.task)
-  refusal = task.export_refusal(fmt)
-  if refusal:
-    raise ExportError(refusal)
-  head = spec.head
-  is_tagger = head in TAGGERS
-  if fmt == "onnx" and is_tagger:
-    raise ExportError(f"--format=onnx exports span heads only ({', '.join(sorted(HEADS))}); the {head} head decodes "
-                      "tags inside the function: use --format=stablehlo")
-  if is_tagger:
+  _check_format(fmt, task, spec.head)
+  if spec.head in TAGGERS:
     hit_buffer = max(hit_buffer, spec.max_len)  # one window never overflows (see the host's run_exported)
   sizes = (int(hit_buffer),) * len(task.initial_hits(1))
-  names = input_names(tokenizer.feature_names)
+  names = input_names(setup.tokenizer.feature_names)
   params, rest = _one_device(jax.device_get(params)), _one_device(setup.rest)
   fn = task.export_forward(setup.graphdef, params, rest, names=names, sizes=sizes)
   platforms = list(platforms) if platforms else [jax.default_backend()]
-  buffers = host.BUFFERS
-
+  manifest = _manifest(setup, fmt, names=names, sizes=sizes, platforms=platforms, batch_size=batch_size,
+                       threshold=threshold, extra=extra)
   with tempfile.TemporaryDirectory(prefix="gp_jax_export_") as tmp:
-    model_path = os.path.join(tmp, MODEL_FILES[fmt])
-    if fmt == "stablehlo":
-      exported = export_stablehlo(fn, num_arrays=len(names), platforms=platforms, max_len=spec.max_len,
-                                  num_buffers=len(buffers))
-      with open(model_path, "wb") as f:
-        f.write(exported.serialize())
-    else:
-      export_onnx(fn, names=names, path=model_path, scores=host.OUTPUTS.index("scores"))
-    tokenizer.save(os.path.join(tmp, "tokenizer"))
+    _write_model(fn, fmt, os.path.join(tmp, MODEL_FILES[fmt]), names=names, platforms=platforms,
+                 max_len=spec.max_len, host=host)
+    setup.tokenizer.save(os.path.join(tmp, "tokenizer"))
     with open(os.path.join(tmp, "types.json"), "w", encoding="utf-8") as f:
-      json.dump(list(types), f, ensure_ascii=False)
-    int_input = lambda n: {"name": n, "dtype": "int32", "shape": ["B", "L"]}  # noqa: E731
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "format": fmt,
-        "file": MODEL_FILES[fmt],
-        "platforms": platforms if fmt == "stablehlo" else None,
-        "inputs": [int_input(n) for n in names]
-                  + [{"name": n, "dtype": "int32", "shape": [0, f"S{i}"]} for i, n in enumerate(buffers)]
-                  + ([{"name": "threshold", "dtype": "float32", "shape": []}] if fmt == "stablehlo" else []),
-        "outputs": list(host.OUTPUTS) if fmt == "stablehlo" else ["scores"],
-        "min_length": 2,  # L >= 2 (ExportedModel pads shorter batches)
-        "task": spec.task,
-        "labels": host.labels_to_json(setup.labels),
-        "task_options": json.loads(json.dumps(dict(spec.task_options))),  # as read back (tuples: lists)
-        "head": head,
-        "tagger": is_tagger,
-        "tag_scheme": spec.tag_scheme if is_tagger else None,
-        "threshold": None if is_tagger else float(threshold or 0.0),  # the default; callers may pass another
-        "num_types": len(types),
-        "max_len": spec.max_len,
-        "stride": spec.stride,
-        "max_span_width": spec.max_span_width,
-        "buckets": [int(b) for b in spec.buckets],
-        "batch_size": int(batch_size or spec.eval_batch_size),
-        "hit_buffers": list(sizes),  # the initial buffers, one per hit buffer of the task
-        **(extra or {}),
-        "gp_jax_version": _version(),
-        "git_commit": _git_commit(),
-        "jax_version": jax.__version__,
-    }
+      json.dump(list(setup.types), f, ensure_ascii=False)
     with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
       json.dump(manifest, f, indent=1)
     storage.upload_dir(tmp, out)
   return manifest
+
+
+def _check_format(fmt: str, task, head: str) -> None:
+  """ExportError when `fmt` is unknown, the task refuses it, or ONNX is asked of a tagger."""
+  if fmt not in MODEL_FILES:
+    raise ExportError(f"--format must be one of {sorted(MODEL_FILES)}, got {fmt!r}")
+  refusal = task.export_refusal(fmt)
+  if refusal:
+    raise ExportError(refusal)
+  if fmt == "onnx" and head in TAGGERS:
+    raise ExportError(f"--format=onnx exports span heads only ({', '.join(sorted(HEADS))}); the {head} head decodes "
+                      "tags inside the function: use --format=stablehlo")
+
+
+def _write_model(fn, fmt: str, path: str, *, names, platforms, max_len: int, host) -> None:
+  if fmt == "stablehlo":
+    exported = export_stablehlo(fn, num_arrays=len(names), platforms=platforms, max_len=max_len,
+                                num_buffers=len(host.BUFFERS))
+    with open(path, "wb") as f:
+      f.write(exported.serialize())
+  else:
+    export_onnx(fn, names=names, path=path, scores=host.OUTPUTS.index("scores"))
+
+
+def _manifest(setup, fmt: str, *, names, sizes, platforms, batch_size: int, threshold, extra) -> dict:
+  spec, host = setup.spec, tasks.host(setup.spec.task)
+  is_tagger = spec.head in TAGGERS
+  int_input = lambda n: {"name": n, "dtype": "int32", "shape": ["B", "L"]}  # noqa: E731
+  return {
+      "format_version": FORMAT_VERSION,
+      "format": fmt,
+      "file": MODEL_FILES[fmt],
+      "platforms": platforms if fmt == "stablehlo" else None,
+      "inputs": [int_input(n) for n in names]
+                + [{"name": n, "dtype": "int32", "shape": [0, f"S{i}"]} for i, n in enumerate(host.BUFFERS)]
+                + ([{"name": "threshold", "dtype": "float32", "shape": []}] if fmt == "stablehlo" else []),
+      "outputs": list(host.OUTPUTS) if fmt == "stablehlo" else ["scores"],
+      "min_length": 2,  # L >= 2 (ExportedModel pads shorter batches)
+      "task": spec.task,
+      "labels": host.labels_to_json(setup.labels),
+      "task_options": json.loads(json.dumps(dict(spec.task_options))),  # as read back (tuples: lists)
+      "head": spec.head,
+      "tagger": is_tagger,
+      "tag_scheme": spec.tag_scheme if is_tagger else None,
+      "threshold": None if is_tagger else float(threshold or 0.0),  # the default; callers may pass another
+      "num_types": len(setup.types),
+      "max_len": spec.max_len,
+      "stride": spec.stride,
+      "max_span_width": spec.max_span_width,
+      "buckets": [int(b) for b in spec.buckets],
+      "batch_size": int(batch_size or spec.eval_batch_size),
+      "hit_buffers": list(sizes),  # the initial buffers, one per hit buffer of the task
+      **(extra or {}),
+      "gp_jax_version": _version(),
+      "git_commit": _git_commit(),
+      "jax_version": jax.__version__,
+  }
 
 
 # ----------------------------------------------------------------------------- CLI
