@@ -352,24 +352,36 @@ def blockwise_zlpr_loss(
     max_span_width=W))`: mean over B*H. Extra memory O(B * H * block_size^2) per tile; banded, the
     backward pass keeps O(B * H * L * (block_size + W)).
   """
-  B, L, _, _ = q_BLHD.shape
   span_ids_BHK = jnp.asarray(span_ids, jnp.int32)
+  neg_BH = _neg_term_of(q_BLHD, k_BLHD, span_ids_BHK, attention_mask, start_bias_BHL, end_bias_BHL,
+                        max_span_width=max_span_width, block_size=block_size, implementation=implementation)
+  pos_BH = _pos_term(q_BLHD, k_BLHD, span_ids_BHK, attention_mask, start_bias_BHL, end_bias_BHL,
+                     max_span_width=max_span_width)
+  return jnp.mean(neg_BH + pos_BH)
+
+
+def _neg_term_of(q_BLHD, k_BLHD, span_ids_BHK, attention_mask, start_bias_BHL, end_bias_BHL, *, max_span_width,
+                 block_size, implementation):
+  """log(1 + sum over negative cells of e^s) [B, H], tile by tile (Pallas kernels or a scan)."""
   if _use_pallas(implementation):
     _check_sizes(block_size, max_span_width)
     _check_qk(q_BLHD, k_BLHD)
-    neg_BH = pallas_zlpr.neg_term(
+    return pallas_zlpr.neg_term(
         q_BLHD, k_BLHD, span_ids_BHK=span_ids_BHK, valid_BL=jnp.asarray(attention_mask).astype(bool),
         start_bias_BHL=start_bias_BHL, end_bias_BHL=end_bias_BHL, max_span_width=max_span_width,
         block_size=block_size,
     )
-  else:
-    plan = _make_plan(L, block_size, max_span_width, B * span_ids_BHK.shape[1])
-    q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL = _prepare(
-        q_BLHD, k_BLHD, attention_mask, start_bias_BHL, end_bias_BHL, plan
-    )
-    neg_BH = _neg_term(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, _Gold.of(plan, span_ids_BHK))
+  B, L = q_BLHD.shape[:2]
+  plan = _make_plan(L, block_size, max_span_width, B * span_ids_BHK.shape[1])
+  q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL = _prepare(
+      q_BLHD, k_BLHD, attention_mask, start_bias_BHL, end_bias_BHL, plan
+  )
+  return _neg_term(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, _Gold.of(plan, span_ids_BHK))
 
-  # Positives: K scores gathered directly (plain autodiff).
+
+def _pos_term(q_BLHD, k_BLHD, span_ids_BHK, attention_mask, start_bias_BHL, end_bias_BHL, *, max_span_width):
+  """log(1 + sum over gold cells of e^-s) [B, H]: the K gold scores gathered directly (plain autodiff)."""
+  B, L = q_BLHD.shape[:2]
   H = span_ids_BHK.shape[1]
   has_id = (span_ids_BHK >= 0) & (span_ids_BHK < L * L)
   ids = jnp.where(has_id, span_ids_BHK, 0)
@@ -388,8 +400,7 @@ def blockwise_zlpr_loss(
   pos_valid = has_id & (i_BHK <= j_BHK) & valid_BL[b, i_BHK] & valid_BL[b, j_BHK]
   if max_span_width is not None:
     pos_valid &= (j_BHK - i_BHK) < max_span_width
-  pos_term_BH = _log1p_sum_exp(-pos_BHK, pos_valid)
-  return jnp.mean(neg_BH + pos_term_BH)
+  return _log1p_sum_exp(-pos_BHK, pos_valid)
 
 
 def _use_pallas(implementation: str) -> bool:
