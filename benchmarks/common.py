@@ -24,6 +24,13 @@ import subprocess
 import time
 from typing import Callable, TypeVar
 
+# The test suite's XLA:CPU settings (tests/conftest.py): its programs are tiny, so compiling them costs more than
+# running them, and cheap codegen (no LLVM optimisation, no fusion emitters, one codegen thread) halves the suite's
+# compile time. benchmarks.compile_step measures compiles under the same settings.
+CHEAP_CODEGEN_XLA_FLAGS = {"xla_backend_optimization_level": "0", "xla_llvm_disable_expensive_passes": "true",
+                           "xla_cpu_use_fusion_emitters": "false", "xla_cpu_parallel_codegen_split_count": "1",
+                           "xla_cpu_enable_concurrency_optimized_scheduler": "false"}
+
 # Deferred import below: jax, in machine_line only. Modules that set JAX_PLATFORMS before jax reads it import this one
 # first (benchmarks.head_scaling's tpu_tiles), and device_check's parent, which imports it, stays free of jax.
 

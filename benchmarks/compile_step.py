@@ -3,7 +3,8 @@
 
   python -m benchmarks.compile_step --model=bert [--threefry_rolled_max=64]
 
-One line (run it again for another sample: a process compiles a program once): lower and compile seconds, optimized HLO lines, fusions and threefry rotations (shift-lefts).
+One line (run it again for another sample: a process compiles a program once): lower and compile seconds, optimized
+HLO lines, fusions and threefry rotations (shift-lefts).
 `--threefry_rolled_max=0` unrolls every threefry draw (the lowering before small draws kept their loop).
 """
 
@@ -14,9 +15,7 @@ import os
 import sys
 import time
 
-CHEAP_XLA = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true "
-             "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1 "
-             "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+from benchmarks.common import CHEAP_CODEGEN_XLA_FLAGS
 
 
 def main(argv=None) -> int:
@@ -24,11 +23,13 @@ def main(argv=None) -> int:
   ap.add_argument("--model", choices=("bert", "scratch"), default="bert")
   ap.add_argument("--batch", type=int, default=2)
   ap.add_argument("--length", type=int, default=16)
-  ap.add_argument("--threefry_rolled_max", type=int, default=None, help="runtime.THREEFRY_ROLLED_MAX (default: its own)")
+  ap.add_argument("--threefry_rolled_max", type=int, default=None,
+                  help="runtime.THREEFRY_ROLLED_MAX (default: its own)")
   ap.add_argument("--full_xla", action="store_true", help="XLA's default optimisation, not the suite's cheap flags")
   args = ap.parse_args(argv)
-  flags = "--xla_force_host_platform_device_count=1" + ("" if args.full_xla else " " + CHEAP_XLA)
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flags).strip()
+  flags = {"xla_force_host_platform_device_count": "1", **({} if args.full_xla else CHEAP_CODEGEN_XLA_FLAGS)}
+  os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + [f"--{k}={v}" for k, v in flags.items()]
+                                     ).strip()
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   os.environ["GP_JAX_COMPILATION_CACHE"] = "off"
 

@@ -8,12 +8,11 @@ E2E_FIXTURES; E2E_TESTS (files owned elsewhere). A unit test that starts a Pytho
 
 import os
 
-# Test programs are tiny, so compiling them costs more than running them: cheap codegen (no LLVM optimisation,
-# no fusion emitters, one codegen thread) halves the suite's compile time; tests and their subprocesses inherit it.
-# Flags already in XLA_FLAGS win.
-TEST_XLA_FLAGS = {"xla_force_host_platform_device_count": "8", "xla_backend_optimization_level": "0",
-                  "xla_llvm_disable_expensive_passes": "true", "xla_cpu_use_fusion_emitters": "false",
-                  "xla_cpu_parallel_codegen_split_count": "1", "xla_cpu_enable_concurrency_optimized_scheduler": "false"}
+from benchmarks.common import CHEAP_CODEGEN_XLA_FLAGS  # jax-free: XLA_FLAGS is set below, before jax reads it
+
+# Test programs are tiny, so compiling them costs more than running them: cheap codegen halves the suite's compile
+# time; tests and their subprocesses inherit it. Flags already in XLA_FLAGS win.
+TEST_XLA_FLAGS = {"xla_force_host_platform_device_count": "8", **CHEAP_CODEGEN_XLA_FLAGS}
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + [
     f"--{k}={v}" for k, v in TEST_XLA_FLAGS.items() if f"--{k}=" not in os.environ.get("XLA_FLAGS", "")]).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
