@@ -37,7 +37,8 @@ def pytest_runtest_protocol(item, nextitem):  # pylint: disable=unused-argument
   if _out is None:
     folder = pathlib.Path(os.environ.get(OUT_ENV, "suite_cpu"))
     folder.mkdir(parents=True, exist_ok=True)
-    _out = open(folder / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.jsonl", "a", encoding="utf-8")  # pylint: disable=consider-using-with
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    _out = open(folder / f"{worker}.jsonl", "a", encoding="utf-8")  # pylint: disable=consider-using-with
   t0, (own0, kids0) = time.perf_counter(), _cpu()
   yield
   own1, kids1 = _cpu()
@@ -47,7 +48,8 @@ def pytest_runtest_protocol(item, nextitem):  # pylint: disable=unused-argument
 
 
 def summary(folder: str, top: int = 40) -> str:
-  rows = [json.loads(line) for path in sorted(pathlib.Path(folder).glob("*.jsonl")) for line in open(path, encoding="utf-8")]
+  rows = [json.loads(line) for path in sorted(pathlib.Path(folder).glob("*.jsonl"))
+          for line in path.read_text(encoding="utf-8").splitlines()]
   if not rows:
     return f"no records in {folder}"
   by_file = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])

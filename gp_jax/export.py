@@ -151,7 +151,7 @@ def export_model(setup, params, out, *, fmt: str = "stablehlo", platforms=None,
   params, rest = _one_device(jax.device_get(params)), _one_device(setup.rest)
   fn = task.export_forward(setup.graphdef, params, rest, names=names, sizes=sizes)
   platforms = list(platforms) if platforms else [jax.default_backend()]
-  manifest = _manifest(setup, fmt, names=names, sizes=sizes, platforms=platforms, batch_size=batch_size,
+  manifest = _manifest(setup, host, fmt, names=names, sizes=sizes, platforms=platforms, batch_size=batch_size,
                        threshold=threshold, extra=extra)
   with tempfile.TemporaryDirectory(prefix="gp_jax_export_") as tmp:
     _write_model(fn, fmt, os.path.join(tmp, MODEL_FILES[fmt]), names=names, platforms=platforms,
@@ -187,8 +187,8 @@ def _write_model(fn, fmt: str, path: str, *, names, platforms, max_len: int, hos
     export_onnx(fn, names=names, path=path, scores=host.OUTPUTS.index("scores"))
 
 
-def _manifest(setup, fmt: str, *, names, sizes, platforms, batch_size: int, threshold, extra) -> dict:
-  spec, host = setup.spec, tasks.host(setup.spec.task)
+def _manifest(setup, host, fmt: str, *, names, sizes, platforms, batch_size: int, threshold, extra) -> dict:
+  spec = setup.spec
   is_tagger = spec.head in TAGGERS
   int_input = lambda n: {"name": n, "dtype": "int32", "shape": ["B", "L"]}  # noqa: E731
   return {

@@ -353,15 +353,15 @@ def blockwise_zlpr_loss(
     backward pass keeps O(B * H * L * (block_size + W)).
   """
   span_ids_BHK = jnp.asarray(span_ids, jnp.int32)
-  neg_BH = _neg_term_of(q_BLHD, k_BLHD, span_ids_BHK, attention_mask, start_bias_BHL, end_bias_BHL,
-                        max_span_width=max_span_width, block_size=block_size, implementation=implementation)
-  pos_BH = _pos_term(q_BLHD, k_BLHD, span_ids_BHK, attention_mask, start_bias_BHL, end_bias_BHL,
-                     max_span_width=max_span_width)
+  neg_BH = _negatives(q_BLHD, k_BLHD, span_ids_BHK, attention_mask, start_bias_BHL, end_bias_BHL,
+                      max_span_width=max_span_width, block_size=block_size, implementation=implementation)
+  pos_BH = _positives(q_BLHD, k_BLHD, span_ids_BHK, attention_mask, start_bias_BHL, end_bias_BHL,
+                      max_span_width=max_span_width)
   return jnp.mean(neg_BH + pos_BH)
 
 
-def _neg_term_of(q_BLHD, k_BLHD, span_ids_BHK, attention_mask, start_bias_BHL, end_bias_BHL, *, max_span_width,
-                 block_size, implementation):
+def _negatives(q_BLHD, k_BLHD, span_ids_BHK, attention_mask, start_bias_BHL, end_bias_BHL, *, max_span_width,
+               block_size, implementation):
   """log(1 + sum over negative cells of e^s) [B, H], tile by tile (Pallas kernels or a scan)."""
   if _use_pallas(implementation):
     _check_sizes(block_size, max_span_width)
@@ -379,7 +379,7 @@ def _neg_term_of(q_BLHD, k_BLHD, span_ids_BHK, attention_mask, start_bias_BHL, e
   return _neg_term(plan, q_BHLD, k_BHLD, sb_BHL, eb_BHL, valid_q_BL, valid_k_BL, _Gold.of(plan, span_ids_BHK))
 
 
-def _pos_term(q_BLHD, k_BLHD, span_ids_BHK, attention_mask, start_bias_BHL, end_bias_BHL, *, max_span_width):
+def _positives(q_BLHD, k_BLHD, span_ids_BHK, attention_mask, start_bias_BHL, end_bias_BHL, *, max_span_width):
   """log(1 + sum over gold cells of e^-s) [B, H]: the K gold scores gathered directly (plain autodiff)."""
   B, L = q_BLHD.shape[:2]
   H = span_ids_BHK.shape[1]
