@@ -270,54 +270,11 @@ def load_records(data_cfg, *, seed: int = 0):
   """Returns (train, dev, test, types); test is [] when the config has none."""
   name = data_cfg.name
   if name in SYNTHETIC_CORPORA:
-    make, types = SYNTHETIC_CORPORA[name]
-    n = int(data_cfg.synthetic_records)
-    if n < 1:
-      raise UserError(f"data.synthetic_records={n}: expected at least 1 training record for data.name={name!r}")
-    train = make(n, seed=seed, prefix="train")
-    dev = make(max(1, n // 4), seed=seed + 1, prefix="dev")
-    test = make(max(1, n // 4), seed=seed + 2, prefix="test")
-    types = list(types)
-    origin = f"generated ({name}, data.synthetic_records={n}, seed {seed})"
+    train, dev, test, types, origin = _synthetic_records(data_cfg, seed)
   elif name in USER_FORMATS:
-    if not data_cfg.train_file:
-      raise UserError(f"data.name={name!r} needs data.train_file")
-    read = read_user_file(data_cfg, data_cfg.train_file)
-    if not read:
-      raise empty_file_error(data_cfg, data_cfg.train_file, read)
-    train = list(read)
-    if data_cfg.dev_file:
-      dev = list(read_user_file(data_cfg, data_cfg.dev_file))
-    else:
-      train, dev = _split_off(train, data_cfg.dev_fraction, seed=1234)
-      log.info("No dev_file: %d training records held out as dev (fraction %.3f)", len(dev), data_cfg.dev_fraction)
-      if not train:
-        raise empty_file_error(data_cfg, data_cfg.train_file, read)
-    test = list(read_user_file(data_cfg, data_cfg.test_file)) if data_cfg.test_file else []
-    # A CasRel file's entity types are the roles, subject first (ids 0 and 1, as `conventions` names them).
-    types = list(ROLES) if name == "casrel" else user_types(train=train, dev=dev, test=test)
-    origin = "train from " + data_cfg.train_file + (f", dev from {data_cfg.dev_file}" if data_cfg.dev_file else
-                                                     ", dev held out of it")
-    origin += f", test from {data_cfg.test_file}" if data_cfg.test_file else ""
+    train, dev, test, types, origin = _user_file_records(data_cfg)
   else:
-    kw = dict(manual_dir=data_cfg.manual_dir or None, data_dir=data_cfg.tfds_dir or None)
-    source = load_split(name, data_cfg.train_split, **kw)
-    origin = source.origin()
-    train = list(source)
-    if not train:
-      raise UserError(f"corpus {name}: its {data_cfg.train_split!r} split has no records ({origin}): expected "
-                      "a training split; delete that TFDS folder to rebuild it from its files")
-    if data_cfg.dev_split == HOLDOUT:
-      train, dev = _split_off(train, data_cfg.dev_fraction, seed=1234)
-      log.info("dev_split=holdout: %d of the %r split's records held out as dev (fraction %.3f)", len(dev),
-               data_cfg.train_split, data_cfg.dev_fraction)
-    else:
-      dev = list(load_split(name, data_cfg.dev_split, **kw)) if data_cfg.dev_split else []
-    test = list(load_split(name, data_cfg.test_split, **kw)) if data_cfg.test_split else []
-    if data_cfg.test_split and data_cfg.test_split == data_cfg.train_split:
-      raise UserError(f"data.test_split={data_cfg.test_split!r} is also the training split: test figures would "
-                      "be measured on training data")
-    types = list(corpus_types(name))
+    train, dev, test, types, origin = _corpus_records(data_cfg)
   if data_cfg.max_train_records:
     train = train[: data_cfg.max_train_records]
   if data_cfg.max_eval_records:
@@ -331,3 +288,61 @@ def load_records(data_cfg, *, seed: int = 0):
   log.info("Data %s: %d train / %d dev / %d test records, %d types %s; %s", name, len(train), len(dev), len(test),
            len(types), types, origin)
   return train, dev, test, types
+
+
+def _synthetic_records(data_cfg, seed: int):
+  name = data_cfg.name
+  make, types = SYNTHETIC_CORPORA[name]
+  n = int(data_cfg.synthetic_records)
+  if n < 1:
+    raise UserError(f"data.synthetic_records={n}: expected at least 1 training record for data.name={name!r}")
+  train = make(n, seed=seed, prefix="train")
+  dev = make(max(1, n // 4), seed=seed + 1, prefix="dev")
+  test = make(max(1, n // 4), seed=seed + 2, prefix="test")
+  return train, dev, test, list(types), f"generated ({name}, data.synthetic_records={n}, seed {seed})"
+
+
+def _user_file_records(data_cfg):
+  name = data_cfg.name
+  if not data_cfg.train_file:
+    raise UserError(f"data.name={name!r} needs data.train_file")
+  read = read_user_file(data_cfg, data_cfg.train_file)
+  if not read:
+    raise empty_file_error(data_cfg, data_cfg.train_file, read)
+  train = list(read)
+  if data_cfg.dev_file:
+    dev = list(read_user_file(data_cfg, data_cfg.dev_file))
+  else:
+    train, dev = _split_off(train, data_cfg.dev_fraction, seed=1234)
+    log.info("No dev_file: %d training records held out as dev (fraction %.3f)", len(dev), data_cfg.dev_fraction)
+    if not train:
+      raise empty_file_error(data_cfg, data_cfg.train_file, read)
+  test = list(read_user_file(data_cfg, data_cfg.test_file)) if data_cfg.test_file else []
+  # A CasRel file's entity types are the roles, subject first (ids 0 and 1, as `conventions` names them).
+  types = list(ROLES) if name == "casrel" else user_types(train=train, dev=dev, test=test)
+  origin = "train from " + data_cfg.train_file + (f", dev from {data_cfg.dev_file}" if data_cfg.dev_file else
+                                                   ", dev held out of it")
+  origin += f", test from {data_cfg.test_file}" if data_cfg.test_file else ""
+  return train, dev, test, types, origin
+
+
+def _corpus_records(data_cfg):
+  name = data_cfg.name
+  kw = dict(manual_dir=data_cfg.manual_dir or None, data_dir=data_cfg.tfds_dir or None)
+  source = load_split(name, data_cfg.train_split, **kw)
+  origin = source.origin()
+  train = list(source)
+  if not train:
+    raise UserError(f"corpus {name}: its {data_cfg.train_split!r} split has no records ({origin}): expected "
+                    "a training split; delete that TFDS folder to rebuild it from its files")
+  if data_cfg.dev_split == HOLDOUT:
+    train, dev = _split_off(train, data_cfg.dev_fraction, seed=1234)
+    log.info("dev_split=holdout: %d of the %r split's records held out as dev (fraction %.3f)", len(dev),
+             data_cfg.train_split, data_cfg.dev_fraction)
+  else:
+    dev = list(load_split(name, data_cfg.dev_split, **kw)) if data_cfg.dev_split else []
+  test = list(load_split(name, data_cfg.test_split, **kw)) if data_cfg.test_split else []
+  if data_cfg.test_split and data_cfg.test_split == data_cfg.train_split:
+    raise UserError(f"data.test_split={data_cfg.test_split!r} is also the training split: test figures would "
+                    "be measured on training data")
+  return train, dev, test, list(corpus_types(name)), origin
