@@ -166,56 +166,68 @@ def _record_events(obj: dict, text: str, where: str, line: int, notes: collectio
                     '"arguments"}', reason="bad_value")
   out, seen = [], set()
   for k, ev in enumerate(raw):
-    at = f"event #{k}"
-    if not isinstance(ev, dict):
-      raise DataError(where, line, f"{at} is {type(ev).__name__}: expected an object {{\"type\", \"trigger\", "
-                      '"arguments"}', reason="bad_value")
-    missing = [key for key in ("type", "arguments") if key not in ev]
-    if missing:
-      raise DataError(where, line, f"{at} lacks {missing}: expected keys type, arguments and optionally trigger "
-                      "(null for none)", reason="missing_key")
-    kind = ev["type"]
-    if not isinstance(kind, str) or not kind or ":" in kind:
-      raise DataError(where, line, f"{at} type {kind!r}: expected a non-empty string without ':' (event classes "
-                      'are written "type:role")', reason="bad_value")
-    trigger = ev.get("trigger")
-    if trigger is not None:
-      if not isinstance(trigger, dict):
-        raise DataError(where, line, f"{at} ({kind}) trigger is {trigger!r:.60}: expected {{\"start\", \"end\"}} "
-                        "or null", reason="bad_value")
-      start, end = _event_span(trigger, f"{at} ({kind}) trigger", text, where, line)
-      trigger = Span(start=start, end=end)
-    if not isinstance(ev["arguments"], list):
-      raise DataError(where, line, f'{at} ({kind}) "arguments" is {type(ev["arguments"]).__name__}: expected a '
-                      'list of {"start", "end", "role"}', reason="bad_value")
-    args, keys = [], set()
-    for j, a in enumerate(ev["arguments"]):
-      what = f"{at} ({kind}) argument #{j}"
-      if not isinstance(a, dict):
-        raise DataError(where, line, f"{what} is {type(a).__name__}: expected an object {{\"start\", \"end\", "
-                        '"role"}', reason="bad_value")
-      if "role" not in a:
-        raise DataError(where, line, f"{what} lacks ['role']: expected keys start, end, role", reason="missing_key")
-      role = a["role"]
-      if not isinstance(role, str) or not role or role == TRIGGER:
-        raise DataError(where, line, f"{what} role {role!r}: expected a non-empty string other than {TRIGGER!r} "
-                        '(give the trigger as the event\'s "trigger")', reason="bad_value")
-      start, end = _event_span(a, f"{what} ({role})", text, where, line)
-      if (start, end, role) in keys:
-        notes["repeated_argument"] += 1
-        continue
-      keys.add((start, end, role))
-      args.append(EventArgument(start=start, end=end, role=role))
-    if trigger is None and not args:
-      raise DataError(where, line, f"{at} ({kind}) has neither a trigger nor arguments: expected at least one",
-                      reason="empty_event")
-    key = (kind, None if trigger is None else (trigger["start"], trigger["end"]), frozenset(keys))
+    event, keys = _one_event(ev, f"event #{k}", text, where, line, notes)
+    trigger = event["trigger"]
+    key = (event["type"], None if trigger is None else (trigger["start"], trigger["end"]), frozenset(keys))
     if key in seen:
       notes["repeated_event"] += 1
       continue
     seen.add(key)
-    out.append(Event(type=kind, trigger=trigger, arguments=args))
+    out.append(event)
   return out
+
+
+def _one_event(ev, at: str, text: str, where: str, line: int, notes: collections.Counter):
+  """(Event, its argument keys {(start, end, role)}) of one validated event object."""
+  if not isinstance(ev, dict):
+    raise DataError(where, line, f"{at} is {type(ev).__name__}: expected an object {{\"type\", \"trigger\", "
+                    '"arguments"}', reason="bad_value")
+  missing = [key for key in ("type", "arguments") if key not in ev]
+  if missing:
+    raise DataError(where, line, f"{at} lacks {missing}: expected keys type, arguments and optionally trigger "
+                    "(null for none)", reason="missing_key")
+  kind = ev["type"]
+  if not isinstance(kind, str) or not kind or ":" in kind:
+    raise DataError(where, line, f"{at} type {kind!r}: expected a non-empty string without ':' (event classes "
+                    'are written "type:role")', reason="bad_value")
+  trigger = ev.get("trigger")
+  if trigger is not None:
+    if not isinstance(trigger, dict):
+      raise DataError(where, line, f"{at} ({kind}) trigger is {trigger!r:.60}: expected {{\"start\", \"end\"}} "
+                      "or null", reason="bad_value")
+    start, end = _event_span(trigger, f"{at} ({kind}) trigger", text, where, line)
+    trigger = Span(start=start, end=end)
+  if not isinstance(ev["arguments"], list):
+    raise DataError(where, line, f'{at} ({kind}) "arguments" is {type(ev["arguments"]).__name__}: expected a '
+                    'list of {"start", "end", "role"}', reason="bad_value")
+  args, keys = _event_arguments(ev["arguments"], f"{at} ({kind})", text, where, line, notes)
+  if trigger is None and not args:
+    raise DataError(where, line, f"{at} ({kind}) has neither a trigger nor arguments: expected at least one",
+                    reason="empty_event")
+  return Event(type=kind, trigger=trigger, arguments=args), keys
+
+
+def _event_arguments(raw: list, at: str, text: str, where: str, line: int, notes: collections.Counter):
+  """(arguments, their keys {(start, end, role)}), an argument repeated within the event kept once."""
+  args, keys = [], set()
+  for j, a in enumerate(raw):
+    what = f"{at} argument #{j}"
+    if not isinstance(a, dict):
+      raise DataError(where, line, f"{what} is {type(a).__name__}: expected an object {{\"start\", \"end\", "
+                      '"role"}', reason="bad_value")
+    if "role" not in a:
+      raise DataError(where, line, f"{what} lacks ['role']: expected keys start, end, role", reason="missing_key")
+    role = a["role"]
+    if not isinstance(role, str) or not role or role == TRIGGER:
+      raise DataError(where, line, f"{what} role {role!r}: expected a non-empty string other than {TRIGGER!r} "
+                      '(give the trigger as the event\'s "trigger")', reason="bad_value")
+    start, end = _event_span(a, f"{what} ({role})", text, where, line)
+    if (start, end, role) in keys:
+      notes["repeated_argument"] += 1
+      continue
+    keys.add((start, end, role))
+    args.append(EventArgument(start=start, end=end, role=role))
+  return args, keys
 
 
 # --- the reader ---------------------------------------------------------------------------------------------------
