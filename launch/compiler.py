@@ -20,7 +20,7 @@ import jax
 from etils import epath
 from huggingface_hub import hf_hub_download
 
-from gp_jax import aot, tasks
+from gp_jax import aot, feed, tasks
 from gp_jax import sharding as shd
 from gp_jax import steps as steps_lib
 from gp_jax.data import batching, corpora, sources
@@ -364,13 +364,15 @@ class Compiler:
     job = Job(point, step, length, config.batch_size if step == "train" else config.eval_batch_size)
     try:
       spec = built.setups[None].spec  # resolved for this slice's platform
+      k = feed.steps_per_execution(spec.steps_per_execution, platform) if step == "train" else 1
       attention = attention_choice(spec, built.encoder_config, length=length, train=step == "train",
                                    platform=platform)
       job.labels = (f"data:{mesh.shape['data']} x fsdp:{mesh.shape['fsdp']}, {spec.precision.dtype}, attention "
-                    f"{attention}, loss {spec.loss_implementation}")
+                    f"{attention}, loss {spec.loss_implementation}" + (f", {k} steps per call" if k > 1 else ""))
       with pallas_zlpr.tpu_target(self.generation):
         job.program, _, without_cudnn = aot.lower_or_xla_attention(
-            lambda s: lower_step(step, s, platform, batch=job.batch, length=length), lambda a: self._setup(built, a),
+            lambda s: lower_step(step, s, platform, batch=job.batch, length=length, steps=k),
+            lambda a: self._setup(built, a),
             built.setups[None])
       if without_cudnn:
         job.labels = re.sub(r"attention cudnn\b", "attention xla (in place of cudnn: cuDNN cannot be traced here)",
@@ -404,14 +406,16 @@ def attention_choice(spec, encoder_config: dict | None, *, length: int, train: b
   return impl + (f" ({why})" if why else "")
 
 
-def lower_step(step: str, setup, platform: str, *, batch: int, length: int):
-  """The trainer's jitted train step (state donated) or eval step (at `HitDecoder`'s first hit buffer) as an
-  `aot.Program` with the XLA options a run on `platform` gives it (`aot.resolve`), lowered for the abstract state
-  and batch; a lowering error is raised."""
+def lower_step(step: str, setup, platform: str, *, batch: int, length: int, steps: int = 1):
+  """The trainer's jitted train step (state donated; with `steps` > 1 that many in one call, as a run whose
+  steps_per_execution is k compiles it) or eval step (at `HitDecoder`'s first hit buffer) as an `aot.Program` with
+  the XLA options a run on `platform` gives it (`aot.resolve`), lowered for the abstract state and batch; a lowering
+  error is raised."""
   if step == "train":
     tx, _ = make_optimizer(setup.spec.optimizer, TOTAL_STEPS, setup.abstract_params)
-    fn = steps_lib.make_train_step(setup, tx, loss_kind=setup.spec.loss_kind)
-    program = aot.train_program(fn, setup, tx, batch=batch, length=length)
+    make = steps_lib.make_train_steps if steps > 1 else steps_lib.make_train_step
+    fn = make(setup, tx, loss_kind=setup.spec.loss_kind)
+    program = aot.train_program(fn, setup, tx, batch=batch, length=length, steps=steps)
   else:
     hits = tasks.of(setup.spec).initial_hits(batch)
     program = aot.eval_program(steps_lib.make_eval_step(setup, size=hits), setup, batch=batch, length=length, hits=hits)

@@ -74,6 +74,22 @@ def test_tiny_steps_compile_for_h100_with_memory_against_the_allocator(tmp_path)
   assert len(ks) > 20 and not loops and all(k.scatter_dtype != "bf16" for k in ks)
 
 
+@needs_gpu_compiler
+def test_a_k_step_run_compiles_its_k_step_program(tmp_path):
+  """steps_per_execution=0 (auto) is k = 8 on a GPU: the train program the trainer runs is the k-step one (a loop
+  over the stacked batches), and its row says so."""
+  from benchmarks import hlo_traffic
+
+  compiler = compiler_lib.Compiler(accelerators.accelerator_slice("h100-1"), out=lambda line: None,
+                                   hlo_dir=str(tmp_path), steps=("train",))
+  extra = ["--config.model.num_attn_layers=1", "--config.steps_per_execution=0"]
+  rows = compiler.run(points_lib.sweep_points(SYNTHETIC, extra=extra, points="0"))
+  assert [(r.step, r.status) for r in rows] == [("train", "compiled")], [r.line() for r in rows]
+  assert rows[0].labels.endswith(", 8 steps per call")
+  _, loops = hlo_traffic.kernels((tmp_path / "quick_head=standard.train.L64.hlo.txt").read_text())
+  assert loops
+
+
 @pytest.mark.e2e  # compiles with XLA:GPU, runs launch.compile
 @needs_gpu_compiler
 def test_a_step_past_the_allocator_exits_2():

@@ -17,6 +17,7 @@ TRAINER_LOG = """\
 I1126 17:12:21.457494 140139521958208 train.py:84] Mesh {'data': 1, 'fsdp': 1} over 1 devices (gpu)
 I1126 17:12:30.1 1401 aot.py:246] compiled ahead: eval L64 B32 hits 1024: 0.80 s (cache hit)
 I1126 17:12:30.2 1401 aot.py:246] compiled ahead: train L64 B16: 3.21 s (cache miss)
+I1128 19:05:30.900141 139946992070976 aot.py:317] compiled ahead: train L64 B16 x8: 133.82 s (cache miss)
 2026-11-26 17:12:30,300 INFO gp_jax.aot: compiled ahead: train L128 B16: failed (XlaRuntimeError)
 I1126 17:12:30.4 1401 aot.py:247] compiled ahead: 8 programs in 12.3 s wall, 20.1 s of compile summed, 2 threads
 I1126 17:14:21.486810 140139521958208 train.py:175] first step after 163.6 s (compile 134.5 s)
@@ -57,11 +58,13 @@ def _run(out, *args, timeout=600):
 def test_trainer_log_parser_reads_every_line():
   got = device_check.parse_trainer_log(TRAINER_LOG)
   assert got["backend"] == "gpu"
-  assert got["programs"] == [{"step": "eval", "L": 64, "B": 32, "hits": 1024, "s": 0.8, "cache": "hit"},
-                             {"step": "train", "L": 64, "B": 16, "hits": None, "s": 3.21, "cache": "miss"},
-                             {"step": "train", "L": 128, "B": 16, "hits": None, "s": None,
+  assert got["programs"] == [{"step": "eval", "L": 64, "B": 32, "hits": 1024, "steps": 1, "s": 0.8, "cache": "hit"},
+                             {"step": "train", "L": 64, "B": 16, "hits": None, "steps": 1, "s": 3.21, "cache": "miss"},
+                             {"step": "train", "L": 64, "B": 16, "hits": None, "steps": 8, "s": 133.82,
+                              "cache": "miss"},
+                             {"step": "train", "L": 128, "B": 16, "hits": None, "steps": 1, "s": None,
                               "cache": "failed (XlaRuntimeError)"}]
-  assert (got["cache_hits"], got["cache_misses"]) == (1, 1)
+  assert (got["cache_hits"], got["cache_misses"]) == (1, 2)
   assert (got["compile_programs"], got["compile_wall_s"], got["compile_summed_s"], got["compile_threads"]) == (
       8, 12.3, 20.1, 2)
   assert (got["first_step_s"], got["first_step_compile_s"]) == (163.6, 134.5)

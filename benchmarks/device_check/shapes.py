@@ -5,7 +5,9 @@ from __future__ import annotations
 # Deferred import below: benchmarks.inputs (it imports jax) only in a stage's child.
 
 # Issue 56's order: what settles its targets first; what does not fit one call's budget is skipped and says so.
-TRAINER_RUNS = ("cold", "anchor", "warm", "fused_vs_reference", "warm_k1", "other_head")
+TRAINER_RUNS = ("cold", "anchor", "warm", "fused_vs_reference", "warm_k1", "other_head", "cold_cublas",
+                "cold_no_autotune")
+DEFAULT_RUNS = TRAINER_RUNS[:6]  # the last two only when asked for (--trainer_runs)
 
 
 def shapes(tiny: bool) -> dict:
@@ -32,7 +34,7 @@ def shapes(tiny: bool) -> dict:
             "extras": dict(hf=tiny_bert, B=2, L=16, steps=2)}
   two_layer = dict(inputs.BERT_BASE, num_hidden_layers=2)
   trainer = {"config": "experiments/su2022.py:dataset=cluener2020,epochs=2", "corpus": "cluener2020", "lowercase": True,
-             "min_run_s": 30, "hf": dict(inputs.BERT_BASE), "overrides": [], "env": {}, "runs": TRAINER_RUNS}
+             "min_run_s": 30, "hf": dict(inputs.BERT_BASE), "overrides": [], "env": {}, "runs": DEFAULT_RUNS}
   return {"peak_n": 8192, "trainer": trainer, "attn": dict(B=16, lengths=(256, 200), heads=12, head_dim=64),
           "probe_L": 64, "precision": dict(hf=two_layer, B=16, L=128, steps=30),
           # the precision stage's model, batch and learning rate: its bf16-vs-f32 gap is the bar (BF16_F32_GAP)

@@ -27,15 +27,21 @@ from gp_jax.data.sources import synthetic_records
 
 TRAINER_LABELS = {"cold": "cold", "warm": "warm", "warm_k1": "warm, one step per call (steps_per_execution=1)",
                   "other_head": "other head (efficient), after warm", "anchor": "torch anchor (eager)",
-                  "fused_vs_reference": "fused vs reference step"}
+                  "fused_vs_reference": "fused vs reference step",
+                  "cold_cublas": "cold, Triton GEMM fusions off (cuBLAS GEMMs)",
+                  "cold_no_autotune": "cold, no GPU autotuning (xla_gpu_autotune_level=0)"}
+# The cold runs that ask what XLA:GPU's autotuning of Triton GEMM fusions costs and buys: each its own empty
+# compilation cache (and autotune folder), XLA_FLAGS added to the run's environment.
+COLD_VARIANTS = {"cold_cublas": "--xla_gpu_enable_triton_gemm=false", "cold_no_autotune": "--xla_gpu_autotune_level=0"}
 ANCHOR_EPOCHS = 2  # the trainer's epochs=2
 _N = r"([\d.,]+|nan|inf)"
 TRAINER_PATTERNS = {
-    "program": re.compile(r"compiled ahead: (train|eval) L(\d+) B(\d+)(?: hits (\d+))?: " + _N + r" s \(cache "
-                          r"(hit|miss)\)"),
+    "program": re.compile(r"compiled ahead: (train|eval) L(\d+) B(\d+)(?: hits (\d+))?(?: x(\d+))?: " + _N +
+                          r" s \(cache (hit|miss)\)"),
     "ahead": re.compile(r"compiled ahead: (\d+) programs? in " + _N + r" s wall, " + _N + r" s of compile summed, "
                         r"(\d+) threads?"),
-    "program_failed": re.compile(r"compiled ahead: (train|eval) L(\d+) B(\d+)(?: hits (\d+))?: failed \((\w+)\)"),
+    "program_failed": re.compile(r"compiled ahead: (train|eval) L(\d+) B(\d+)(?: hits (\d+))?(?: x(\d+))?: failed "
+                                 r"\((\w+)\)"),
     "on_use": re.compile(r"(\S+): (.*) not compiled ahead; compiling on first use"),
     "hit_growth": re.compile(r"(\S+): (\d+) hits in one batch, growing the hit buffer to (\d+)"),
     "first_step": re.compile(r"first step after " + _N + r" s \(compile " + _N + r" s\)"),
@@ -74,10 +80,10 @@ def parse_trainer_log(text: str) -> dict:
   for line in log_lines(text):
     if m := TRAINER_PATTERNS["program"].search(line):
       out["programs"].append({"step": m[1], "L": int(m[2]), "B": int(m[3]), "hits": m[4] and int(m[4]),
-                              "s": _num(m[5]), "cache": m[6]})
+                              "steps": int(m[5] or 1), "s": _num(m[6]), "cache": m[7]})
     elif m := TRAINER_PATTERNS["program_failed"].search(line):
-      out["programs"].append({"step": m[1], "L": int(m[2]), "B": int(m[3]), "hits": m[4] and int(m[4]), "s": None,
-                              "cache": f"failed ({m[5]})"})
+      out["programs"].append({"step": m[1], "L": int(m[2]), "B": int(m[3]), "hits": m[4] and int(m[4]),
+                              "steps": int(m[5] or 1), "s": None, "cache": f"failed ({m[6]})"})
     elif m := TRAINER_PATTERNS["on_use"].search(line):
       out["compiled_on_use"].append(f"{m[1]}: {m[2]}")
     elif m := TRAINER_PATTERNS["hit_growth"].search(line):
@@ -307,19 +313,26 @@ def stage_trainer(rec: Recorder, ctx: dict) -> None:
     if left < s["min_run_s"]:
       rec.update("runs", name, skipped(f"no time left in the stage's limit ({left:.0f} s)"))
       continue
-    if name == "cold":
-      shutil.rmtree(cache, ignore_errors=True)
+    run_cache, run_env = cache, env
+    if name in COLD_VARIANTS:
+      run_cache = scratch / f"jax_cache_{name}"
+      run_env = dict(env, XLA_FLAGS=f"{env.get('XLA_FLAGS', '')} {COLD_VARIANTS[name]}".strip())
+    if name == "cold" or name in COLD_VARIANTS:
+      shutil.rmtree(run_cache, ignore_errors=True)
     workdir = scratch / f"workdir_{name}"
     shutil.rmtree(workdir, ignore_errors=True)
     cmd = [sys.executable, "-m", "gp_jax.main", f"--config={s['config']}", f"--workdir={workdir}",
-           f"--config.model.pretrained={fake}", f"--config.compilation_cache={cache}", *s["overrides"], *extra[name]]
-    rec.update("runs", name, {"status": "running", "command": " ".join(cmd)})
-    rc, seconds, text = run_logged(name, cmd, env=env, timeout=left, log_path=scratch / f"{name}.out")
+           f"--config.model.pretrained={fake}", f"--config.compilation_cache={run_cache}", *s["overrides"],
+           *extra.get(name, [])]
+    rec.update("runs", name, {"status": "running", "command": " ".join(cmd),
+                              **({"xla_flags": run_env["XLA_FLAGS"]} if name in COLD_VARIANTS else {})})
+    rc, seconds, text = run_logged(name, cmd, env=run_env, timeout=left, log_path=scratch / f"{name}.out")
     parsed = parse_trainer_log(text)
     results_path = workdir / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     backend = backend or parsed["backend"]
     rec.update("runs", name, {"status": _run_status(rc), "command": " ".join(cmd), "rc": rc,
+                              **({"xla_flags": run_env["XLA_FLAGS"]} if name in COLD_VARIANTS else {}),
                               "wall_s": round(seconds, 1), "wall_minutes": results.get("wall_minutes"),
                               "dev_f1": _f1(results, "dev"), "test_f1": _f1(results, "test"), **parsed,
                               **({"log_tail": text[-3000:]} if rc != 0 else {})})

@@ -45,6 +45,9 @@ def stage_versions(rec: Recorder, ctx: dict) -> None:
     info["nvidia_smi"] = f"unavailable ({type(e).__name__})"
   rec.set("versions", info)
   n = ctx["shapes"]["peak_n"]
+  rec.set("peak_note", f"{n}^3 matmul, best of 7; tf32 = float32 at jax's default precision (TF32 on a GPU's "
+                       "tensor cores; plain f32 on a CPU; torch's float32 default stays full f32), f32 = precision "
+                       "highest")  # first: a stage stopped at its limit keeps it
   peaks = {}
   for name, dtype, precision in (("bf16", "bfloat16", None), ("tf32", "float32", None),
                                  ("f32", "float32", "highest")):
@@ -52,5 +55,3 @@ def stage_versions(rec: Recorder, ctx: dict) -> None:
       got = matmul_peak(n, repeats=7, dtype=dtype)
     peaks[name] = {k: round(v, 1) for k, v in got.items()}
     rec.set("peaks_gflops", peaks)
-  rec.set("peak_note", f"{n}^3 matmul, best of 7; tf32 = float32 at jax's default precision (TF32 on a GPU's "
-                       "tensor cores; plain f32 on a CPU), f32 = precision highest")
