@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from importlib import metadata
 
@@ -113,6 +114,11 @@ def main(argv=None) -> int:
   if missing:
     print(missing, file=sys.stderr)
     return EXIT_ERROR
+  if s.platform == "cuda":  # libtpu (the aot extra) starts when JAX looks for plugins: given a slice, it stays quiet
+    from gp_jax import runtime  # pylint: disable=g-import-not-at-top
+
+    for k, v in runtime.libtpu_compile_only_env("v5litepod-1").items():
+      os.environ.setdefault(k, v)
   from gp_jax import aot  # pylint: disable=g-import-not-at-top
   from . import compiler as compiler_lib  # pylint: disable=g-import-not-at-top
 
