@@ -23,6 +23,7 @@ def shapes(tiny: bool) -> dict:
                # 24 steps before the first evaluation: fewer would leave a model whose hits overflow the eval's hit
                # buffer, and the bigger buffer's program compiles on first use
                "overrides": ["--config.num_train_steps=48", "--config.num_epochs=0", "--config.eval_every_steps=24",
+                             "--config.data.buckets=(64,)",  # one bucket: two programs to compile, not four
                              "--config.checkpoint_every_steps=24", "--config.log_every_steps=8",
                              "--config.data.synthetic_records=200", "--config.data.max_eval_records=48",
                              "--config.eval_batch_size=16", "--config.progress_bar=True"],
