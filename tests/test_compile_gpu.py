@@ -74,6 +74,7 @@ def test_tiny_steps_compile_for_h100_with_memory_against_the_allocator(tmp_path)
   assert len(ks) > 20 and not loops and all(k.scatter_dtype != "bf16" for k in ks)
 
 
+@pytest.mark.e2e  # compiles with XLA:GPU
 @needs_gpu_compiler
 def test_a_k_step_run_compiles_its_k_step_program(tmp_path):
   """steps_per_execution=0 (auto) is k = 8 on a GPU: the train program the trainer runs is the k-step one (a loop
