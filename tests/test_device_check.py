@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from benchmarks import device_check
+from benchmarks.device_check.trainer import STARTUP_MARKERS
 from tests import helpers_train
 
 TRAINER_LOG = """\
@@ -79,6 +80,23 @@ def test_trainer_log_parser_reads_every_line():
   assert got["compiled_on_use"] == ["dev@672: eval L64 B32 hits 2048"]
 
 
+def test_startup_phases_from_the_log_lines_times():
+  """Seconds to the first step by phase, each ending at its marker line's time (one phase crossing midnight)."""
+  log = "\n".join([
+      "I1128 23:59:50.000000 1 train.py:92] Compilation cache: /tmp/c",
+      "I1128 23:59:51.500000 1 sources.py:288] Data cluener2020: 10748 train / 1343 dev",
+      "I1128 23:59:55.000000 1 tokenize.py:64] Tokenizer /tmp/b: lowercase on (its own setting)",
+      "I1128 23:59:55.000000 1 windows.py:417] prepare_split train (max_len=256, stride=127): ...",
+      "I1128 23:59:57.250000 1 windows.py:417] prepare_split dev (max_len=256, stride=127): ...",
+      "I1128 23:59:59.000000 1 train.py:114] Model: bert encoder + standard head, 1 parameters, dtype bfloat16",
+      "I1129 00:00:05.000000 1 aot.py:318] compiled ahead: 2 programs in 6.0 s wall, 1.9 s of compile summed, 2 threads",
+      "I1129 00:00:05.500000 1 train.py:274] first step after 18.5 s (compile 3.3 s)"])
+  got = device_check.parse_trainer_log(log)["startup"]
+  assert got == {"imports": 3.0, "data": 1.5, "tokenizer": 3.5, "windows": 2.25, "model": 1.75, "compile": 6.0,
+                 "first_step": 0.5}
+  assert device_check.parse_trainer_log(log.replace("Model:", "Built:"))["startup"] == {}  # a marker missing
+
+
 def test_trainer_log_parser_tolerates_missing_lines():
   got = device_check.parse_trainer_log("I1126 train.py:175] first step after 146.8 s (compile 121.6 s)\n"
                                        "I1126 reporting.py:115] dev@672: 21/21 batches in 35.4 s\n"
@@ -118,6 +136,8 @@ def _assert_trainer_run(r: dict, *, steps: int = 48) -> None:
   # Every program is compiled before the first step: the first evaluation compiles nothing.
   assert not r["compiled_on_use"], r["compiled_on_use"]
   assert r["eval_first_s"] <= 1.5 * r["eval_second_s"] + 0.5, r["evals"]
+  assert list(r["startup"]) == [name for name, _ in STARTUP_MARKERS], r["startup"]
+  assert abs(sum(r["startup"].values()) - r["first_step_s"]) < 0.1 and min(r["startup"].values()) >= 0
 
 
 def test_tiny_trainer_runs_by_default():

@@ -58,6 +58,9 @@ def trainer_markdown(t: dict) -> list[str]:
     growths = ", ".join(f"{g['at']} {g['hits']} hits -> {g['size']}" for g in r.get("hit_growths", []))
     notes += [f"hit buffer grown: {growths}"] if growths else []
     notes += [f"{r['steps']} steps in {r['calls']} calls"] if r.get("calls") else []
+    if r.get("startup"):
+      notes.append("to the first step (s): " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}"
+                                                         for k, v in r["startup"].items()))
     if notes:
       lines.append(f"- {TRAINER_LABELS.get(name, name)}: {'; '.join(notes)}")
   return lines + kernels_markdown(t["runs"].get("fused_vs_reference") or {})

@@ -53,6 +53,12 @@ TRAINER_PATTERNS = {
     "done": re.compile(r"Done \((\w+)\) in " + _N + r" minutes(?:: (\{.*\}))?"),
     "backend": re.compile(r"Mesh .* over (\d+) devices \((\w+)\)"),
 }
+# The trainer's first lines of each start-up phase, in order: the phase before a marker ends at its line's time.
+STARTUP_MARKERS = (("imports", re.compile(r"Compilation cache: ")), ("data", re.compile(r"\] Data \S+: ")),
+                   ("tokenizer", re.compile(r"\] Tokenizer ")), ("windows", re.compile(r"prepare_split dev")),
+                   ("model", re.compile(r"\] Model: ")), ("compile", re.compile(r"compiled ahead: \d+ programs? in")),
+                   ("first_step", re.compile(r"first step after ")))
+LOG_TIME = re.compile(r"^[IWE]\d{4} (\d\d):(\d\d):(\d\d(?:\.\d+)?) ")
 ANCHOR_PATTERNS = {
     "setup": re.compile(r"setup " + _N + r" s, (\d+) train, (\d+) dev, (\d+) types"),
     "first_step": re.compile(r"first step after " + _N + " s"),
@@ -109,12 +115,35 @@ def parse_trainer_log(text: str) -> dict:
         out["done"] = ast.literal_eval(m[3]) if m[3] else None
     elif (m := TRAINER_PATTERNS["backend"].search(line)) and out["backend"] is None:
       out["backend"] = m[2]
+  out["startup"] = startup_phases(text, out["first_step_s"])
   if not out["evals"]:  # a trainer without the evaluation line: reporting.progress's end-of-evaluation line
     out["evals"] = progress_evals
   out["eval_first_s"] = out["evals"][0]["s"] if out["evals"] else None
   out["eval_second_s"] = out["evals"][1]["s"] if len(out["evals"]) > 1 else None
   out["cache_hits"] = sum(p["cache"] == "hit" for p in out["programs"])
   out["cache_misses"] = sum(p["cache"] == "miss" for p in out["programs"])
+  return out
+
+
+def startup_phases(text: str, first_step_s: float | None) -> dict:
+  """Seconds from process start to the first step by phase, from the log lines' times (`STARTUP_MARKERS`): imports
+  (to the first line), data, tokenizer, windows, model (checkpoint and init), compile (ahead), first_step (the
+  first call). {} without a first step or a timed line for each marker."""
+  times = {}
+  for line in log_lines(text):
+    m = LOG_TIME.match(line)
+    for name, pattern in STARTUP_MARKERS:
+      if m and name not in times and pattern.search(line):
+        times[name] = int(m[1]) * 3600 + int(m[2]) * 60 + float(m[3])
+  if first_step_s is None or len(times) != len(STARTUP_MARKERS):
+    return {}
+  ordered = [times[name] for name, _ in STARTUP_MARKERS]
+  for i in range(1, len(ordered)):
+    ordered[i] += 86400 * (ordered[i] < ordered[i - 1])  # past midnight
+  before = ordered[-1] - first_step_s
+  out = {}
+  for (name, _), at in zip(STARTUP_MARKERS, ordered):
+    out[name], before = round(at - before, 2), at
   return out
 
 
