@@ -96,7 +96,7 @@ def main(argv):
       summary = train.train_and_evaluate(config, _WORKDIR.value)
   except lease.Held as e:  # raised by the lock or lease alone, before training starts
     _exit_with(f"{e}; not starting ({e.hint})" if e.hint else f"{e}; not starting")
-  except UserError as e:
+  except (UserError, FileNotFoundError) as e:  # FileNotFoundError: a path the user gave (pretrained, data, workdir)
     _exit_with(e)
   except KeyboardInterrupt:  # Ctrl-C where no handler of ours took it (several processes)
     _interrupted("Ctrl-C; stopped at once. Rerun the same command to continue from the last checkpoint, if any")

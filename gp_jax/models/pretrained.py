@@ -166,7 +166,8 @@ def _resolve(name: str) -> Resolved:
     return _RESOLVED[key]
   if kind == "local":
     if not arg.is_dir():
-      raise FileNotFoundError(f"{name!r} is not a directory")
+      raise FileNotFoundError(f"{name!r} is not a directory (model.pretrained: a folder with config.json, a "
+                              "tokenizer and weights, or a hub id such as org/name)")
     path = arg
   elif kind == "minilm":
     path = minilm_l6_path()

@@ -157,6 +157,10 @@ def test_config_checks_fail_early_with_one_line(tmp_path):
   out = ht.run_main(str(tmp_path / "a"), env=ht.subprocess_env(devices=1), timeout=TIMEOUT, **{"model.hed": "standard"})
   assert out.returncode == 2 and "unknown config key 'model.hed'" in out.stdout and "model.head" in out.stdout
   assert "Traceback" not in out.stdout
+  out = ht.run_main(str(tmp_path / "p"), env=ht.subprocess_env(devices=1), timeout=TIMEOUT,
+                    **{"model.encoder": "bert", "model.pretrained": str(tmp_path / "no_such_folder")})
+  assert out.returncode == 2 and "Traceback" not in out.stdout, out.stdout[-3000:]
+  assert f"'{tmp_path / 'no_such_folder'}' is not a directory (model.pretrained: " in out.stdout
 
   # Checked in setup, before any data is read (8 fake devices in this process too).
   with pytest.raises(ValueError, match=r"batch_size=12 must be divisible by the 8 data-parallel devices"):
