@@ -72,9 +72,10 @@ def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_con
     return nnx.to_pure_dict(params), rest
 
   if spec.encoder == "bert" and load_weights:
-    # Only the RNG state comes from `create`; weights from disk.
-    rest = place(on_host(lambda: create()[1]), rest_shard)
-    params = jax.device_put(nnx.to_pure_dict(nnx.state(build(True), nnx.Param)), p_shard)
+    # Only the RNG state comes from `create` (jitted: the random weights are dead code, never drawn); weights from
+    # disk.
+    rest = place(on_host(jax.jit(lambda: create()[1])), rest_shard)
+    params = place(on_host(lambda: nnx.to_pure_dict(nnx.state(build(True), nnx.Param))), p_shard)
   else:
     params, rest = place(on_host(create), (p_shard, rest_shard))
   setup = Setup(spec, list(types), tokenizer, mesh, graphdef, rest, abs_params, p_shard, encoder_config,
