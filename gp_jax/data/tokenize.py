@@ -90,6 +90,17 @@ class HFTokenizer:
     features = {"input_ids": ids_n, "token_type_ids": np.zeros_like(ids_n)}
     return Encoding(features=features, offsets=offsets_n2)
 
+  def encode_batch(self, texts: list[str]) -> list[Encoding]:
+    """`[encode(t) for t in texts]`: the tokenizers backend encodes the list at once, on all cores."""
+    if self._hf is not None:
+      return [self.encode(t) for t in texts]
+    out = []
+    for enc in self._backend.encode_batch(list(texts), add_special_tokens=False):
+      ids_n = np.asarray(enc.ids, dtype=np.int32)
+      out.append(Encoding(features={"input_ids": ids_n, "token_type_ids": np.zeros_like(ids_n)},
+                          offsets=np.asarray(enc.offsets, dtype=np.int32).reshape(-1, 2)))
+    return out
+
   def add_special_tokens(self, features: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """[CLS] content [SEP] for input_ids; token type 0 (pad value) on the specials for the rest."""
     out = {}

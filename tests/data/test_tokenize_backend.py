@@ -65,10 +65,13 @@ def assert_same(native: HFTokenizer, reference: HFTokenizer, texts) -> None:
   assert (native.cls_token_id, native.sep_token_id, native.pad_token_id, native.vocab_size, native.lowercase) == (
       reference.cls_token_id, reference.sep_token_id, reference.pad_token_id, reference.vocab_size,
       reference.lowercase)
-  for text in texts:
+  texts = list(texts)
+  for text, batched in zip(texts, native.encode_batch(texts), strict=True):
     a, b = native.encode(text), reference.encode(text)
-    np.testing.assert_array_equal(a.features["input_ids"], b.features["input_ids"], err_msg=repr(text))
-    np.testing.assert_array_equal(a.offsets, b.offsets, err_msg=repr(text))
+    for got in (a, batched):
+      np.testing.assert_array_equal(got.features["input_ids"], b.features["input_ids"], err_msg=repr(text))
+      np.testing.assert_array_equal(got.features["token_type_ids"], b.features["token_type_ids"], err_msg=repr(text))
+      np.testing.assert_array_equal(got.offsets, b.offsets, err_msg=repr(text))
 
 
 CJK = [chr(c) for c in range(0x4E00, 0x4E00 + 3000)] + list("，。！？「」：；（）、")
