@@ -16,8 +16,9 @@ def shapes(tiny: bool) -> dict:
   tiny_bert = dict(inputs.BERT_BASE, num_hidden_layers=2, hidden_size=32, num_attention_heads=2,
                    intermediate_size=64, vocab_size=1200)
   if tiny:
+    one_layer = dict(tiny_bert, num_hidden_layers=1)  # the stages' machinery is what --tiny checks, not the model
     trainer = {"config": "experiments/synthetic.py:encoder=bert", "corpus": None, "lowercase": False, "min_run_s": 5,
-               "hf": dict(tiny_bert, max_position_embeddings=128, vocab_size=None),
+               "hf": dict(one_layer, max_position_embeddings=128, vocab_size=None),
                # other_head: a third cold compile, ~30 s here
                "runs": ("cold", "anchor", "warm", "fused_vs_reference", "warm_k1"),
                # 24 steps before the first evaluation: fewer would leave a model whose hits overflow the eval's hit
@@ -29,10 +30,10 @@ def shapes(tiny: bool) -> dict:
                              "--config.eval_batch_size=16", "--config.progress_bar=True"],
                "env": {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}}  # CPU programs compile in under 1 s
     return {"peak_n": 256, "trainer": trainer, "attn": dict(B=3, lengths=(16, 12), heads=2, head_dim=8), "probe_L": 8,
-            "precision": dict(hf=tiny_bert, B=2, L=16, steps=3), "train": dict(hf=tiny_bert, B=2, L=16, steps=2),
-            "kernels": dict(hf=tiny_bert, B=2, L=16, steps=30, lr=1e-4, min_s=5, child_s=90),
+            "precision": dict(hf=one_layer, B=2, L=16, steps=3), "train": dict(hf=one_layer, B=2, L=16, steps=2),
+            "kernels": dict(hf=one_layer, B=2, L=16, steps=30, lr=1e-4, min_s=5, child_s=90),
             "span": dict(lengths=(32, 64), H=4, D=32, block=16, iters=2),
-            "extras": dict(hf=tiny_bert, B=2, L=16, steps=2)}
+            "extras": dict(hf=one_layer, B=2, L=16, steps=2)}
   two_layer = dict(inputs.BERT_BASE, num_hidden_layers=2)
   trainer = {"config": "experiments/su2022.py:dataset=cluener2020,epochs=2", "corpus": "cluener2020", "lowercase": True,
              "min_run_s": 30, "hf": dict(inputs.BERT_BASE), "overrides": [], "env": {}, "runs": DEFAULT_RUNS}
