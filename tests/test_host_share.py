@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks import pipeline_throughput
 
-pytestmark = pytest.mark.e2e  # trains (two trainer subprocesses on a random 2-layer BERT)
+pytestmark = pytest.mark.e2e  # trains (two trainer subprocesses on a random 1-layer BERT)
 
 K_LINE = re.compile(r"^k=(\d+): loop (-?[\d.]+) ms/step \| device ([\d.]+) ms/step \| host (-?[\d.]+) ms/step \| "
                     r"dispatch [\d.]+ ms/step \(inside device\) \| (\d+) steps in (\d+) calls \(pace over (\d+)\)$",
@@ -15,7 +15,7 @@ K_LINE = re.compile(r"^k=(\d+): loop (-?[\d.]+) ms/step \| device ([\d.]+) ms/st
 
 
 def test_host_share_parses_and_k4_takes_fewer_calls_than_steps(capsys):
-  pipeline_throughput.main(["--host_share", "--ks=1,4", "--rounds=1", "--steps=16", "--layers=2",
+  pipeline_throughput.main(["--host_share", "--ks=1,4", "--rounds=1", "--steps=16", "--layers=1",
                             "--device_steps=8"])
   out = capsys.readouterr().out
   assert re.search(r"^pipeline_throughput --host_share .* \| jax ", out, re.M), out
