@@ -49,7 +49,7 @@ from gp_jax import state as state_lib
 from gp_jax.ops import blockwise, blockwise_zlpr_loss
 from gp_jax.optim import make_optimizer
 
-TINY_BERT = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=256, vocab_size=1000)
+TINY_BERT = dict(num_hidden_layers=1, hidden_size=128, num_attention_heads=2, intermediate_size=256, vocab_size=1000)
 NUM_TYPES = 10
 
 
