@@ -142,8 +142,9 @@ def main(argv=None) -> int:
   p.add_argument("--data_dir", default=os.environ.get("GP_JAX_DATA", ""),
                  help="trainer: the folder holding cluener2020/ (default $GP_JAX_DATA, else gp_jax's default)")
   p.add_argument("--anchor", default="", help="trainer: the PyTorch port's script (torch_cluener.py); none: skipped")
-  p.add_argument("--trainer_runs", default="", help=f"trainer: comma list of {', '.join(TRAINER_RUNS)} (run in "
-                 "this order; default all, --tiny all but other_head)")
+  p.add_argument("--trainer_runs", default="", help=f"trainer: comma list of {', '.join(TRAINER_RUNS)} (run in the "
+                 "order given; default the first six in this order, --tiny the first five; warm and other_head read "
+                 "the cache cold fills)")
   p.add_argument("--scratch_dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "gp_jax_device_trainer"),
                  help="trainer: the fake BERT, the runs' compilation cache, workdirs and output (not under --out)")
   p.add_argument("--train_variants", default="", help="train_step: comma list of our and the PyTorch port's "
