@@ -89,7 +89,8 @@ def test_startup_phases_from_the_log_lines_times():
       "I1128 23:59:55.000000 1 windows.py:417] prepare_split train (max_len=256, stride=127): ...",
       "I1128 23:59:57.250000 1 windows.py:417] prepare_split dev (max_len=256, stride=127): ...",
       "I1128 23:59:59.000000 1 train.py:114] Model: bert encoder + standard head, 1 parameters, dtype bfloat16",
-      "I1129 00:00:05.000000 1 aot.py:318] compiled ahead: 2 programs in 6.0 s wall, 1.9 s of compile summed, 2 threads",
+      "I1129 00:00:05.000000 1 aot.py:318] compiled ahead: 2 programs in 6.0 s wall, 1.9 s of compile summed, 2 "
+      "threads",
       "I1129 00:00:05.500000 1 train.py:274] first step after 18.5 s (compile 3.3 s)"])
   got = device_check.parse_trainer_log(log)["startup"]
   assert got == {"imports": 3.0, "data": 1.5, "tokenizer": 3.5, "windows": 2.25, "model": 1.75, "compile": 6.0,
