@@ -159,11 +159,12 @@ def loss_implementation(config, platform: str) -> str:
 
 
 def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weights: bool = True,
-                encoder_config: dict | None = None, platform: str | None = None, labels=()):
+                encoder_config: dict | None = None, platform: str | None = None, labels=(), abstract_encoder=None):
   """Builds the model of `config.task` for the target `platform` (default: this machine's backend; see `precision`):
   the encoder here, the head by the task (from the run spec and its label space `labels`). With `load_weights=False`
   a bert encoder is built from `encoder_config` (the HF config.json dict; default: read from `model.pretrained`)
-  without reading weights."""
+  without reading weights; `abstract_encoder` (that encoder from `nnx.eval_shape`) is filled with the weights rather
+  than traced again."""
   spec = run_spec(config, platform)
   policy = spec.precision
   dtype = DTYPES[policy.dtype]
@@ -176,7 +177,8 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
                  "attention": policy.attention, "target_platform": policy.platform, "dropout_bits": policy.dropout_bits,
                  "kernels": m.get("kernels", "auto")}
     if load_weights:
-      encoder = pretrained.load_pretrained(pretrained.resolve(m.pretrained), dtype=dtype, overrides=overrides)
+      encoder = pretrained.load_pretrained(pretrained.resolve(m.pretrained), dtype=dtype, overrides=overrides,
+                                           abstract=abstract_encoder)
     else:
       hf = encoder_config or pretrained.encoder_config(m.pretrained)
       bcfg = dataclasses.replace(bert.BertConfig.from_hf_dict(hf), **overrides)

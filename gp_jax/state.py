@@ -57,9 +57,10 @@ def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_con
   seed = spec.seed
   encoder_config = encoder_config or factory.encoder_config(config)
 
-  def build(weights):
+  def build(weights, abstract_encoder=None):
     return factory.build_model(config, tokenizer, num_types, seed=seed, load_weights=weights,
-                               encoder_config=encoder_config, platform=platform, labels=labels)
+                               encoder_config=encoder_config, platform=platform, labels=labels,
+                               abstract_encoder=abstract_encoder)
 
   abstract_model = nnx.eval_shape(lambda: build(False))
   graphdef, abs_params, abs_rest = nnx.split(abstract_model, nnx.Param, ...)
@@ -75,7 +76,8 @@ def init_model(config, tokenizer, types, mesh, *, load_weights=True, encoder_con
     # Only the RNG state comes from `create` (jitted: the random weights are dead code, never drawn); weights from
     # disk.
     rest = place(on_host(jax.jit(lambda: create()[1])), rest_shard)
-    params = place(on_host(lambda: nnx.to_pure_dict(nnx.state(build(True), nnx.Param))), p_shard)
+    params = place(on_host(lambda: nnx.to_pure_dict(nnx.state(build(True, abstract_model.encoder), nnx.Param))),
+                   p_shard)
   else:
     params, rest = place(on_host(create), (p_shard, rest_shard))
   setup = Setup(spec, list(types), tokenizer, mesh, graphdef, rest, abs_params, p_shard, encoder_config,

@@ -423,14 +423,15 @@ def _natural_key(s: str) -> list[Any]:
   return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
 
 
-def load_pretrained(path_or_name: str | os.PathLike, *, dtype=jnp.float32, overrides: dict[str, Any] | None = None
-                    ) -> Bert:
+def load_pretrained(path_or_name: str | os.PathLike, *, dtype=jnp.float32, overrides: dict[str, Any] | None = None,
+                    abstract: Bert | None = None) -> Bert:
   """Loads a BERT/RoBERTa checkpoint (config.json + weights) into a `Bert` in eval mode.
 
   `path_or_name` is a local folder (or anything `resolve` takes). Weights: model.safetensors (or its sharded
   index), else flax_model.msgpack (or its sharded index) in transformers' Flax layout. Parameters are float32;
   `dtype` is the compute dtype. `overrides` replaces `BertConfig` fields that do not change the weights (e.g.
-  hidden_dropout).
+  hidden_dropout). `abstract`: this config's encoder from `nnx.eval_shape`, filled in place instead of tracing the
+  encoder's construction again (ignored when its config differs).
   """
   directory = pathlib.Path(path_or_name).expanduser()
   if not directory.is_dir():
@@ -441,7 +442,10 @@ def load_pretrained(path_or_name: str | os.PathLike, *, dtype=jnp.float32, overr
   for file in weight_files(directory):
     weights.update(_read_flax(file) if file.name.endswith(".msgpack") else _read_safetensors(file))
   # Shapes only (no random init), then checkpoint values and fresh dropout keys.
-  model = nnx.eval_shape(lambda: Bert(config, dtype=dtype, rngs=nnx.Rngs(0)))
+  if abstract is not None and abstract.config == config and abstract.dtype == dtype:
+    model = abstract
+  else:
+    model = nnx.eval_shape(lambda: Bert(config, dtype=dtype, rngs=nnx.Rngs(0)))
   load_weights(model, weights)
   _init_rng_state(model, seed=0)
   model.eval()
