@@ -18,6 +18,7 @@ import pathlib
 import numpy as np
 from tokenizers import AddedToken, normalizers
 
+from gp_jax.data.readers import DataError
 from gp_jax.data.types import Encoding, Tokenizer
 
 # Deferred imports below: transformers is slow to import and only a non-BERT `HFTokenizer` needs it;
@@ -85,21 +86,14 @@ class HFTokenizer:
                      return_token_type_ids=False, return_attention_mask=False,
                      truncation=False, padding=False, verbose=False)
       ids, offsets = enc["input_ids"], enc["offset_mapping"]
-    ids_n = np.asarray(ids, dtype=np.int32).reshape(-1)
-    offsets_n2 = np.asarray(offsets, dtype=np.int32).reshape(-1, 2)
-    features = {"input_ids": ids_n, "token_type_ids": np.zeros_like(ids_n)}
-    return Encoding(features=features, offsets=offsets_n2)
+    return _encoding(ids, offsets)
 
   def encode_batch(self, texts: list[str]) -> list[Encoding]:
     """`[encode(t) for t in texts]`: the tokenizers backend encodes the list at once, on all cores."""
     if self._hf is not None:
       return [self.encode(t) for t in texts]
-    out = []
-    for enc in self._backend.encode_batch(list(texts), add_special_tokens=False):
-      ids_n = np.asarray(enc.ids, dtype=np.int32)
-      out.append(Encoding(features={"input_ids": ids_n, "token_type_ids": np.zeros_like(ids_n)},
-                          offsets=np.asarray(enc.offsets, dtype=np.int32).reshape(-1, 2)))
-    return out
+    return [_encoding(enc.ids, enc.offsets)
+            for enc in self._backend.encode_batch(list(texts), add_special_tokens=False)]
 
   def add_special_tokens(self, features: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """[CLS] content [SEP] for input_ids; token type 0 (pad value) on the specials for the rest."""
@@ -128,6 +122,13 @@ class HFTokenizer:
 
   def __repr__(self) -> str:
     return f"HFTokenizer({str(self.path)!r}, vocab_size={self.vocab_size}, lowercase={self.lowercase})"
+
+
+def _encoding(ids, offsets) -> Encoding:
+  """Content token ids (token type 0) and their character offsets as an `Encoding`."""
+  ids_n = np.asarray(ids, dtype=np.int32).reshape(-1)
+  return Encoding(features={"input_ids": ids_n, "token_type_ids": np.zeros_like(ids_n)},
+                  offsets=np.asarray(offsets, dtype=np.int32).reshape(-1, 2))
 
 
 def _lowercases(normalizer) -> bool:
@@ -172,10 +173,12 @@ def bert_backend(path: pathlib.Path):
   from tokenizers.models import WordPiece  # pylint: disable=g-import-not-at-top
 
   config = _read_json(path / "tokenizer_config.json")
+  if config.get("auto_map"):  # the folder's own tokenizer code
+    return None
   klass = config.get("tokenizer_class")
-  if klass is None and not config.get("auto_map"):
+  if klass is None:
     klass = "BertTokenizer" if _read_json(path / "config.json").get("model_type") == "bert" else None
-  if klass not in BERT_CLASSES or config.get("auto_map"):
+  if klass not in BERT_CLASSES:
     return None
   vocab, added_by_id = None, {}
   if (path / "tokenizer.json").is_file():
@@ -217,9 +220,9 @@ def _read_json(path: pathlib.Path) -> dict:
   try:
     value = json.loads(path.read_text(encoding="utf-8"))
   except json.JSONDecodeError as e:
-    raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from e
+    raise DataError(str(path), e.lineno, f"not valid JSON ({e.msg})", reason="bad_json") from e
   if not isinstance(value, dict):
-    raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    raise DataError(str(path), None, f"expected a JSON object, got {type(value).__name__}", reason="bad_json")
   return value
 
 
