@@ -339,10 +339,11 @@ def stage_trainer(rec: Recorder, ctx: dict) -> None:
     if left < s["min_run_s"]:
       rec.update("runs", name, skipped(f"no time left in the stage's limit ({left:.0f} s)"))
       continue
-    run_cache, run_env = cache, env
+    run_cache, run_env, flags = cache, env, {}
     if name in COLD_VARIANTS:
       run_cache = scratch / f"jax_cache_{name}"
-      run_env = dict(env, XLA_FLAGS=f"{env.get('XLA_FLAGS', '')} {COLD_VARIANTS[name]}".strip())
+      flags = {"xla_flags": f"{env.get('XLA_FLAGS', '')} {COLD_VARIANTS[name]}".strip()}
+      run_env = dict(env, XLA_FLAGS=flags["xla_flags"])
     if name == "cold" or name in COLD_VARIANTS:
       shutil.rmtree(run_cache, ignore_errors=True)
     workdir = scratch / f"workdir_{name}"
@@ -350,15 +351,14 @@ def stage_trainer(rec: Recorder, ctx: dict) -> None:
     cmd = [sys.executable, "-m", "gp_jax.main", f"--config={s['config']}", f"--workdir={workdir}",
            f"--config.model.pretrained={fake}", f"--config.compilation_cache={run_cache}", *s["overrides"],
            *extra.get(name, [])]
-    rec.update("runs", name, {"status": "running", "command": " ".join(cmd),
-                              **({"xla_flags": run_env["XLA_FLAGS"]} if name in COLD_VARIANTS else {})})
+    rec.update("runs", name, {"status": "running", "command": " ".join(cmd), **flags})
     rc, seconds, text = run_logged(name, cmd, env=run_env, timeout=left, log_path=scratch / f"{name}.out")
     parsed = parse_trainer_log(text)
     results_path = workdir / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     backend = backend or parsed["backend"]
     rec.update("runs", name, {"status": _run_status(rc), "command": " ".join(cmd), "rc": rc,
-                              **({"xla_flags": run_env["XLA_FLAGS"]} if name in COLD_VARIANTS else {}),
+                              **flags,
                               "wall_s": round(seconds, 1), "wall_minutes": results.get("wall_minutes"),
                               "dev_f1": _f1(results, "dev"), "test_f1": _f1(results, "test"), **parsed,
                               **({"log_tail": text[-3000:]} if rc != 0 else {})})
