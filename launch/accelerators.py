@@ -212,8 +212,7 @@ def use_cpu() -> None:
 def _libtpu_env(accelerator_type: str):
   """What libtpu reads when it starts: another process's libtpu may hold /tmp/libtpu_lockfile, and with no TPU
   here there is no metadata server to ask (its start-up warnings stay quiet)."""
-  values = {"ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TPU_SKIP_MDS_QUERY": "1", "TPU_ACCELERATOR_TYPE": accelerator_type,
-            "TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0"}
+  values = runtime.libtpu_compile_only_env(accelerator_type)
   with runtime.environ({k: v for k, v in values.items() if k not in os.environ}):  # the user's settings win
     yield
 

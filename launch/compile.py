@@ -43,6 +43,8 @@ import os
 import sys
 from importlib import metadata
 
+from gp_jax import runtime  # jax-free at import, as launch.accelerators needs it
+
 from . import prog
 from .accelerators import (accelerator_slice, gpu_compiler_missing, gpu_memory_fraction, install_gpu_compiler,
                            libtpu_missing, use_cpu)
@@ -115,8 +117,6 @@ def main(argv=None) -> int:
     print(missing, file=sys.stderr)
     return EXIT_ERROR
   if s.platform == "cuda":  # libtpu (the aot extra) starts when JAX looks for plugins: given a slice, it stays quiet
-    from gp_jax import runtime  # pylint: disable=g-import-not-at-top
-
     for k, v in runtime.libtpu_compile_only_env("v5litepod-1").items():
       os.environ.setdefault(k, v)
   from gp_jax import aot  # pylint: disable=g-import-not-at-top
