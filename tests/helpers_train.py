@@ -18,6 +18,11 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_FILE = os.path.join(REPO, "experiments", "synthetic.py")
 
+# What results.json holds for an events split: train.py writes the task's `final_fields` of the split's score; PHEE-like
+# classes add "phee" (the paper's EM / token F1). tests/e2e/test_events_train.py checks a trained run's file against it.
+EVENT_RESULT_FIELDS = frozenset({"precision", "recall", "f1", "tp", "pred", "gold", "per_type", "per_record",
+                                 "macro_f1", "level", "event_level", "ti", "tc", "ai", "ac", "by_events"})
+
 # Overrides that make experiments/synthetic.py tiny: one bucket (one compile per jitted function), small evals.
 TINY = {
     "data.synthetic_records": 240,
