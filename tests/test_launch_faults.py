@@ -45,6 +45,24 @@ def test_unfinalised_checkpoint_of_a_killed_save_is_ignored(tmp_path):
   assert worker.resume_step(str(tmp_path)) == 3  # the worker's broadcast resume step skips it too
 
 
+def test_replicated_arrays_are_saved_whole_on_one_cpu_process(tmp_path, monkeypatch):
+  """An array replicated over the 8 CPU devices is written whole: no replica slices (an eager slice op each)."""
+  slices = []
+  slice_in_dim = jax.lax.slice_in_dim
+  monkeypatch.setattr(jax.lax, "slice_in_dim", lambda *a, **k: slices.append(a[0].shape) or slice_in_dim(*a, **k))
+  mesh = jax.make_mesh((8,), ("data",), devices=jax.devices()[:8])
+  w = jax.device_put(np.arange(64.0).reshape(16, 4), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+  mngr = ckpt_lib.make_manager(tmp_path / "ckpt", keep=1)
+  try:
+    ckpt_lib.save(mngr, 1, state={"w": w}, data_state={}, config_json="{}")
+    mngr.wait_until_finished()
+    _, restored, _ = ckpt_lib.restore(mngr, {"w": jax.ShapeDtypeStruct(w.shape, w.dtype)})
+  finally:
+    mngr.close()
+  assert not slices, slices
+  np.testing.assert_array_equal(restored["w"], np.arange(64.0).reshape(16, 4))
+
+
 def test_gcs_retries_reach_orbax_tensorstore_context(monkeypatch):
   from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
 
