@@ -31,7 +31,8 @@ def stage_versions(rec: Recorder, ctx: dict) -> None:
   info = {"python": platform.python_version(), "jax": jax.__version__, "jaxlib": jaxlib.__version__,
           "backend": jax.default_backend(), "devices": [d.device_kind for d in jax.devices()],
           "packages": _dist_version("jax-cuda13-plugin", "jax-cuda13-pjrt", "jax-cuda12-plugin", "jax-cuda12-pjrt",
-                                    "flax", "optax", "orbax-checkpoint", "torch", "transformers", "numpy")}
+                                    "flax", "optax", "orbax-checkpoint", "torch", "transformers", "numpy",
+                                    "ml-dtypes")}
   try:
     cuda_versions = jax_private.cuda_versions()
     info["cudnn"] = cuda_versions.cudnn_get_version() if cuda_versions is not None else None
