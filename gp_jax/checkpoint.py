@@ -15,6 +15,7 @@ gcsfs (small files) themselves; `GP_JAX_GCS_RETRIES` tunes tensorstore's retries
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -61,16 +62,11 @@ def configure_gcs_retries() -> dict | None:
   return retries
 
 
-_whole_arrays = False  # save_whole_arrays ran in this process
-
-
+@functools.cache  # once a process
 def save_whole_arrays() -> None:
   """Orbax saves each array of several replicas replica-parallel: every replica writes a slice, cut by an eager slice
   op per array and save (a lowering each, ~7 ms here). On one process's CPU devices the replicas share this memory
   and one writer, so the slices are work for nothing: each array is written whole (Orbax's own default on GPUs)."""
-  global _whole_arrays
-  if _whole_arrays:
-    return
   absl_log = logging.getLogger("absl")  # Orbax warns of the override it was asked for
   level = absl_log.level
   absl_log.setLevel(logging.ERROR)
@@ -79,7 +75,6 @@ def save_whole_arrays() -> None:
                                             override=True)
   finally:
     absl_log.setLevel(level)
-  _whole_arrays = True
 
 
 def make_manager(directory, *, keep: int, best: bool = False) -> ocp.CheckpointManager:
