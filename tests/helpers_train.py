@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 
+from tests import zygote
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_FILE = os.path.join(REPO, "experiments", "synthetic.py")
 
@@ -95,9 +97,9 @@ def train_in_child(runs: list[tuple[str, dict]], *, devices: int = 1, timeout: f
   Why: the test process has 8 fake devices, so a run there splits a batch of 16 eight ways and all-reduces every
   gradient over 2 cores; one device takes half the CPU per step, more than the child's start-up for a run of tens
   of steps."""
-  proc = subprocess.run([sys.executable, "-m", "tests.helpers_train", repr(runs)], check=False, cwd=REPO,
-                        env=env or subprocess_env(devices), timeout=timeout, stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT, text=True)
+  proc = zygote.run([sys.executable, "-m", "tests.helpers_train", repr(runs)], check=False, cwd=REPO,
+                    env=env or subprocess_env(devices), timeout=timeout, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, text=True)
   assert proc.returncode == 0, proc.stdout[-4000:]
   summaries, texts, lines = [], [], []
   for line in proc.stdout.splitlines(keepends=True):
@@ -209,9 +211,9 @@ def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[int]:
 
 
 def run_main(workdir: str, *, timeout: float = 180, env=None, faults=None, **overrides) -> subprocess.CompletedProcess:
-  return subprocess.run(main_command(workdir, faults=faults, **overrides), check=False, cwd=REPO,
-                        env=env or subprocess_env(), timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                        text=True)
+  return zygote.run(main_command(workdir, faults=faults, **overrides), check=False, cwd=REPO,
+                    env=env or subprocess_env(), timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                    text=True)
 
 
 def killed_beside_reference(ref_dir: str, run_dir: str, *, kill_step: int = 0, faults: dict | None = None, env,
@@ -225,8 +227,8 @@ def killed_beside_reference(ref_dir: str, run_dir: str, *, kill_step: int = 0, f
   import signal
 
   faults = {"reference_workdir": ref_dir, **(faults or {"sigkill_after_checkpoint_step": kill_step})}
-  killed = subprocess.run(main_command(run_dir, faults=faults, **overrides), check=False, cwd=cwd, env=env,
-                          timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  killed = zygote.run(main_command(run_dir, faults=faults, **overrides), check=False, cwd=cwd, env=env,
+                      timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   assert f"reference run in {ref_dir}: finished at step" in killed.stdout, killed.stdout[-4000:]
   assert killed.returncode == -signal.SIGKILL, killed.stdout[-4000:]
   return killed

@@ -263,10 +263,11 @@ def test_workdir_lock_goes_with_its_process(tmp_path):
 
 def _main(workdir: str, **env):
   from tests import helpers_train as ht
+  from tests import zygote
 
-  return subprocess.run(ht.main_command(workdir, num_train_steps=2, **{"data.max_eval_records": 8}), cwd=REPO,
-                        env=ht.subprocess_env(devices=1, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                        text=True, timeout=180)
+  return zygote.run(ht.main_command(workdir, num_train_steps=2, **{"data.max_eval_records": 8}), cwd=REPO,
+                    env=ht.subprocess_env(devices=1, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True, timeout=180)
 
 
 def _refusal(out) -> str:

@@ -15,6 +15,7 @@ from gp_jax import optim
 from gp_jax.errors import UserError
 from launch import sweep
 from tests import helpers_train as ht
+from tests import zygote
 
 su2022 = sweep.load_module(os.path.join(ht.REPO, "experiments", "su2022.py"))
 
@@ -112,9 +113,9 @@ def test_crf_transitions_learn_at_the_multiplier():
 
 @pytest.mark.e2e  # runs python -m gp_jax.main
 def test_main_refused_config_is_one_line_and_exit_2(tmp_path):
-  out = subprocess.run([sys.executable, "-m", "gp_jax.main", "--config=experiments/su2022.py:dataset=msra",
-                        f"--workdir={tmp_path / 'w'}"], cwd=ht.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, timeout=120, env=ht.subprocess_env(devices=1))
+  out = zygote.run([sys.executable, "-m", "gp_jax.main", "--config=experiments/su2022.py:dataset=msra",
+                    f"--workdir={tmp_path / 'w'}"], cwd=ht.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                   text=True, timeout=120, env=ht.subprocess_env(devices=1))
   assert out.returncode == 2, out.stderr[-2000:]
   assert out.stderr.strip().splitlines() == [
       "error: experiments/su2022.py: dataset must be one of people_daily, cluener2020, cmeee, got 'msra'"]

@@ -18,6 +18,7 @@ from gp_jax import export, predict, serving, tasks
 from gp_jax.data import batching, merge, windows
 from gp_jax.tasks.entities import export as entity_export
 from tests import helpers_train as ht
+from tests import zygote
 from tests.e2e.test_predict import CASES
 
 TEXTS = [t for t, _ in CASES]
@@ -47,8 +48,8 @@ def _predict_cmd(*flags, blocked: bool = False):
 def _run(cmd, *, stdin: str | bytes = "", env=None):
   """The finished process; stdin given as bytes is passed as it is (stdout and stderr are decoded either way)."""
   raw = isinstance(stdin, bytes)
-  proc = subprocess.run(cmd, input=stdin, cwd=ht.REPO, env=env or ht.subprocess_env(devices=1), text=not raw,
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=180)
+  proc = zygote.run(cmd, input=stdin, cwd=ht.REPO, env=env or ht.subprocess_env(devices=1), text=not raw,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=180)
   if raw:
     proc.stdout, proc.stderr = proc.stdout.decode(), proc.stderr.decode()
   return proc

@@ -10,6 +10,7 @@ import numpy as np
 
 from gp_jax import checkpoint as ckpt_lib
 from tests import helpers_train as ht
+from tests import zygote
 
 OVERRIDES = {"num_train_steps": 8, "checkpoint_every_steps": 4, "batch_size": 24, "data.max_eval_records": 8}
 
@@ -17,8 +18,8 @@ OVERRIDES = {"num_train_steps": 8, "checkpoint_every_steps": 4, "batch_size": 24
 def test_full_disk_is_one_line_and_keeps_the_last_checkpoint(tmp_path):
   workdir = str(tmp_path / "run")
   cmd = ht.main_command(workdir, faults={"fsize_limit_after_checkpoint_step": 4}, **OVERRIDES)
-  run = subprocess.run(cmd, check=False, cwd=ht.REPO, env=ht.subprocess_env(devices=1), capture_output=True,
-                       text=True, timeout=180)
+  run = zygote.run(cmd, check=False, cwd=ht.REPO, env=ht.subprocess_env(devices=1), capture_output=True,
+                   text=True, timeout=180)
   last = run.stderr.strip().splitlines()[-1]
   assert run.returncode == 2, run.stderr[-4000:]
   assert last.startswith("error: storage full: File too large writing "), run.stderr[-4000:]

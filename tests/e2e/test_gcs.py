@@ -15,6 +15,7 @@ import numpy as np
 from gp_jax import storage
 from launch import worker
 from tests import helpers_train as ht
+from tests import zygote
 from tests.helpers_gcs import fault_counts, set_faults
 
 RESUME = {"num_train_steps": 12, "checkpoint_every_steps": 4, "eval_every_steps": 6, "batch_size": 24,
@@ -65,8 +66,8 @@ def test_gs_workdir_faults_kill_during_save_resume_predict(gcs_env, tmp_path):
   assert worker.resume_step(run_dir) == 4  # what a sweep worker broadcasts: the unfinalised step 8 is skipped
 
   _faulted(url, seed=1)
-  resumed = subprocess.run(ht.main_command(run_dir, faults=FAST_GCSFS, **RESUME), check=False, cwd=cwd, env=env,
-                           timeout=TIMEOUT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  resumed = zygote.run(ht.main_command(run_dir, faults=FAST_GCSFS, **RESUME), check=False, cwd=cwd, env=env,
+                       timeout=TIMEOUT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   _counts(url, injected)
   assert resumed.returncode == 0, resumed.stdout[-4000:]
   assert "Resumed from gs://bucket/run/ckpt at step 4" in resumed.stdout, resumed.stdout[-4000:]
@@ -100,9 +101,9 @@ def test_gs_workdir_faults_kill_during_save_resume_predict(gcs_env, tmp_path):
   log_text = (bucket / "train.log").read_text()
   assert "Resumed from" in log_text and "Done (finished)" in log_text  # the last line reaches the bucket too
 
-  pred = subprocess.run([sys.executable, "-m", "gp_jax.predict", f"--workdir={run_dir}", "--batch_size=4"],
-                        input="abc_[12_Xyz]_qq_777\n", check=False, cwd=cwd, env=env, capture_output=True, text=True,
-                        timeout=TIMEOUT)
+  pred = zygote.run([sys.executable, "-m", "gp_jax.predict", f"--workdir={run_dir}", "--batch_size=4"],
+                    input="abc_[12_Xyz]_qq_777\n", check=False, cwd=cwd, env=env, capture_output=True, text=True,
+                    timeout=TIMEOUT)
   assert pred.returncode == 0, pred.stderr[-4000:]
   row = json.loads(pred.stdout)
   assert row["text"] == "abc_[12_Xyz]_qq_777"

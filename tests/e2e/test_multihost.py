@@ -19,6 +19,7 @@ import portpicker
 
 from gp_jax import train
 from tests import helpers_train as ht
+from tests import zygote
 
 STEPS = 3
 # Dropout on, no warmup (a zero first learning rate would hide differences), a checkpoint mid-run, small evals.
@@ -100,8 +101,8 @@ def test_sigterm_on_one_process_stops_the_group_at_one_step(tmp_path):
   env = ht.subprocess_env(devices=4, JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo")
   group = {"multihost": True, "coordinator_address": coordinator, "num_processes": 2}
   run = {"num_train_steps": 400, "checkpoint_every_steps": 1000, "eval_every_steps": 1000, "log_every_steps": 1}
-  procs = [subprocess.Popen(ht.main_command(workdir, **run, **group, process_id=i), cwd=ht.REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+  procs = [zygote.popen(ht.main_command(workdir, **run, **group, process_id=i), cwd=ht.REPO, env=env,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
   logs = [ht.LogWatcher(p) for p in procs]
   try:
     logs[0].wait_for_match(r"step 3 train loss", timeout=180)

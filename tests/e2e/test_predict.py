@@ -8,6 +8,7 @@ import sys
 from gp_jax import predict
 from gp_jax.data import windows
 from tests import helpers_train as ht
+from tests import zygote
 
 BASE = "abc_[12_Xyz]_qq_777"
 BASE_ENTITIES = [(4, 12, "BOX", "[12_Xyz]"), (5, 7, "NUM", "12"), (8, 11, "CAP", "Xyz"), (16, 19, "NUM", "777")]
@@ -59,9 +60,9 @@ def test_predictor_api(trained_workdir):
 def test_cli_stdin_to_json_lines(trained_workdir):
   workdir, _ = trained_workdir
   texts = [t for t, _ in CASES]
-  proc = subprocess.run([sys.executable, "-m", "gp_jax.predict", f"--workdir={workdir}", "--batch_size=4"],
-                        input="".join(t + "\n" for t in texts), cwd=ht.REPO, env=ht.subprocess_env(devices=1),
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=180)
+  proc = zygote.run([sys.executable, "-m", "gp_jax.predict", f"--workdir={workdir}", "--batch_size=4"],
+                    input="".join(t + "\n" for t in texts), cwd=ht.REPO, env=ht.subprocess_env(devices=1),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=180)
   assert proc.returncode == 0, proc.stderr[-4000:]
   lines = proc.stdout.splitlines()
   assert len(lines) == len(texts), proc.stdout

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests import helpers_train as ht
+from tests import zygote
 
 BUCKETS = (8, 16, 24, 32)  # the tiny model's max_len (48) is the last bucket
 # Char tokenizer: one token per character, so a text of n characters is one window of length n (n <= 48).
@@ -42,9 +43,9 @@ def bucketed(trained_workdir, tmp_path_factory):
 
 def _predict(*flags, stdin: str = "", env=None, merged: bool = False) -> subprocess.CompletedProcess:
   """`python -m gp_jax.predict FLAGS`, one device; `merged`: stderr into stdout, in the order written."""
-  return subprocess.run([sys.executable, "-m", "gp_jax.predict", *flags], input=stdin, cwd=ht.REPO,
-                        env=env or ht.subprocess_env(devices=1), text=True, stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT if merged else subprocess.PIPE, timeout=180)
+  return zygote.run([sys.executable, "-m", "gp_jax.predict", *flags], input=stdin, cwd=ht.REPO,
+                    env=env or ht.subprocess_env(devices=1), text=True, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT if merged else subprocess.PIPE, timeout=180)
 
 
 def _entries(folder) -> set[str]:

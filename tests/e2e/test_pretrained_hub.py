@@ -11,6 +11,7 @@ import pytest
 
 from gp_jax.models import pretrained
 from tests import helpers_train as ht
+from tests import zygote
 from tests.models.test_pretrained import _assert_same_model, hub_cache, tiny_encoder
 
 TIMEOUT = 240
@@ -25,8 +26,8 @@ def _train_offline(tmp_path, kind: str, name: str, overrides: dict) -> str:
   """`gp_jax.main` with model.pretrained=`name` from the HF cache in tmp_path/hf, HF_HUB_OFFLINE=1, in tmp_path/kind;
   checks that it exited 0 and kept the encoder's own lowercase setting; returns its output."""
   env = ht.subprocess_env(devices=1, HF_HOME=tmp_path / "hf", HF_HUB_OFFLINE=1)
-  proc = subprocess.run(ht.main_command(str(tmp_path / kind), **overrides, **{"model.pretrained": name}), cwd=ht.REPO,
-                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT)
+  proc = zygote.run(ht.main_command(str(tmp_path / kind), **overrides, **{"model.pretrained": name}), cwd=ht.REPO,
+                    env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT)
   assert proc.returncode == 0, proc.stdout[-4000:]
   assert "lowercase off (its own setting)" in proc.stdout
   return proc.stdout
@@ -65,9 +66,9 @@ def test_hub_ids_train_offline_and_predict_without_the_cache(tmp_path):
 
   shutil.rmtree(hf_home)
   text = "abc_[12_Xyz]_qq_777_Hello"
-  pred = subprocess.run([sys.executable, "-m", "gp_jax.predict", f"--workdir={tmp_path / 'bert'}", "--batch_size=4"],
-                        input=text + "\n", cwd=ht.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                        text=True, timeout=TIMEOUT)
+  pred = zygote.run([sys.executable, "-m", "gp_jax.predict", f"--workdir={tmp_path / 'bert'}", "--batch_size=4"],
+                    input=text + "\n", cwd=ht.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True, timeout=TIMEOUT)
   assert pred.returncode == 0, pred.stderr[-4000:]
   ents = json.loads(pred.stdout)["entities"]
   assert ents and all(text[e["start"]:e["end"]] == e["text"] for e in ents), pred.stdout

@@ -13,6 +13,7 @@ import pytest
 
 from gp_jax import train
 from tests import helpers_train as ht
+from tests import zygote
 
 # 24 rows per batch -> 11 steps per epoch: the kill at step 8 is mid-epoch and step 12 is in the second epoch.
 # Dropout is on, so the per-step RNG must be restored too. Few eval records: evaluation is not the point here.
@@ -58,7 +59,7 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
   workdir = str(tmp_path / "run")
   cmd = ht.main_command(workdir, num_train_steps=100_000, checkpoint_every_steps=10_000, log_every_steps=1,
                         **{"data.max_eval_records": 8})
-  proc = subprocess.Popen(cmd, cwd=ht.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  proc = zygote.popen(cmd, cwd=ht.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   watcher = ht.LogWatcher(proc)
   try:
     line = watcher.wait_for("step 3 train loss", timeout=TIMEOUT)

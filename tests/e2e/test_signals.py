@@ -12,6 +12,7 @@ import subprocess
 from gp_jax import checkpoint as ckpt_lib
 from gp_jax import storage
 from tests import helpers_train as ht
+from tests import zygote
 
 TIMEOUT = 180
 # Long enough that the signal always lands mid-run; the only checkpoint is the one the signal asks for.
@@ -20,8 +21,8 @@ LONG = {"num_train_steps": 100_000, "checkpoint_every_steps": 10_000, "log_every
 
 
 def _start(workdir: str, *, faults: dict | None = None):
-  proc = subprocess.Popen(ht.main_command(workdir, faults=faults, **LONG), cwd=ht.REPO,
-                          env=ht.subprocess_env(devices=1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  proc = zygote.popen(ht.main_command(workdir, faults=faults, **LONG), cwd=ht.REPO,
+                      env=ht.subprocess_env(devices=1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   return proc, ht.LogWatcher(proc)
 
 

@@ -17,6 +17,7 @@ from gp_jax import train
 from gp_jax.errors import UserError
 from gp_jax.models.bert import BertConfig
 from tests import helpers_train as ht
+from tests import zygote
 from tests.models.test_bert import _hf_config_dict, _hf_weights, _write_checkpoint
 
 TIMEOUT = 240
@@ -131,11 +132,11 @@ def test_user_files_through_the_config(tmp_path):
 def test_help_exits_zero_and_an_unknown_flag_is_one_line():
   env = ht.subprocess_env(devices=1)
   for module, flag in (("gp_jax.main", "--config"), ("gp_jax.predict", "--exported"), ("gp_jax.export", "--out")):
-    out = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ht.REPO, env=env, capture_output=True,
-                         text=True, timeout=TIMEOUT)
+    out = zygote.run([sys.executable, "-m", module, "--help"], cwd=ht.REPO, env=env, capture_output=True,
+                     text=True, timeout=TIMEOUT)
     assert out.returncode == 0 and flag in out.stdout, (module, out.returncode, out.stderr[-2000:])
-  out = subprocess.run([sys.executable, "-m", "gp_jax.main", "--config_file=x.py"], cwd=ht.REPO, env=env,
-                       capture_output=True, text=True, timeout=TIMEOUT)
+  out = zygote.run([sys.executable, "-m", "gp_jax.main", "--config_file=x.py"], cwd=ht.REPO, env=env,
+                   capture_output=True, text=True, timeout=TIMEOUT)
   assert out.returncode == 2 and out.stderr.strip() == ("error: Unknown command line flag 'config_file'. Did you mean: "
                                                         "config ?"), out.stderr
 
@@ -143,9 +144,9 @@ def test_help_exits_zero_and_an_unknown_flag_is_one_line():
 def test_a_missing_config_file_is_one_line(tmp_path):
   missing = str(tmp_path / "nope.py")
   for overrides in ([], ["--config.seed=3"]):  # an override reads the config that failed to load
-    out = subprocess.run([sys.executable, "-m", "gp_jax.main", f"--config={missing}:quick",
-                          f"--workdir={tmp_path / 'w'}", *overrides], cwd=ht.REPO, env=ht.subprocess_env(devices=1),
-                         capture_output=True, text=True, timeout=TIMEOUT)
+    out = zygote.run([sys.executable, "-m", "gp_jax.main", f"--config={missing}:quick",
+                      f"--workdir={tmp_path / 'w'}", *overrides], cwd=ht.REPO, env=ht.subprocess_env(devices=1),
+                     capture_output=True, text=True, timeout=TIMEOUT)
     assert out.returncode == 2, out.stderr[-3000:]
     assert out.stderr.strip().splitlines() == [
         f"error: no experiment file {missing}: --config takes a Python file with get_config(arg), e.g. "
@@ -172,8 +173,8 @@ def test_config_checks_fail_early_with_one_line(tmp_path):
   train.train_and_evaluate(ht.tiny_config(num_train_steps=2), workdir)
   with pytest.raises(UserError, match=r"1 changed keys: model.head_size: 16 -> 8\)"):
     train.train_and_evaluate(ht.tiny_config(num_train_steps=2, **{"model.head_size": 8}), workdir)
-  out = subprocess.run(ht.main_command(workdir, num_train_steps=2, **{"model.head_size": 8}), cwd=ht.REPO,
-                       env=ht.subprocess_env(devices=1), capture_output=True, text=True, timeout=TIMEOUT)
+  out = zygote.run(ht.main_command(workdir, num_train_steps=2, **{"model.head_size": 8}), cwd=ht.REPO,
+                   env=ht.subprocess_env(devices=1), capture_output=True, text=True, timeout=TIMEOUT)
   assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
   err = [line for line in out.stderr.splitlines() if line.startswith("error:")]
   assert len(err) == 1 and "model.head_size: 16 -> 8" in err[0], out.stderr[-3000:]

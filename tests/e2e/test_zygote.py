@@ -1,0 +1,50 @@
+"""tests/zygote.py against fresh interpreters: a forked child prints, exits and dies by a signal as `python -m` does,
+with its own stdin, cwd, environment (XLA_FLAGS read after the fork), session and `__main__`."""
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests import helpers_train as ht
+from tests import zygote
+
+
+def _both(cmd, **kw):
+  fresh = subprocess.Popen(cmd, **kw)
+  forked = zygote.popen(cmd, **kw)
+  assert isinstance(forked, zygote.ZygotePopen) and not isinstance(fresh, zygote.ZygotePopen)
+  return fresh, forked
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--no_such_flag"], ["--config=/nonexistent/x.py", "--workdir=w"]])
+def test_the_trainer_cli_prints_and_exits_the_same(args, tmp_path):
+  procs = _both([sys.executable, "-m", "gp_jax.main", *args], cwd=tmp_path, env=ht.subprocess_env(devices=1),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  fresh, forked = [(*p.communicate(timeout=120), p.returncode) for p in procs]
+  assert forked == fresh and fresh[2] in (0, 2)
+
+
+@pytest.mark.parametrize("devices", [1, 3])
+def test_stdin_cwd_environment_and_exit_status_reach_the_child(devices, tmp_path):
+  env = ht.subprocess_env(devices=devices, PROBE=f"p{devices}")
+  procs = _both([sys.executable, "-m", "tests.zygote_probe", "a b"], cwd=tmp_path, env=env, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+  fresh, forked = [(*p.communicate("line\n", timeout=120), p.returncode) for p in procs]
+  assert forked == fresh and fresh[1:] == ("stderr line\n", 3)
+  seen = json.loads(fresh[0])
+  assert seen == {"argv": ["a b"], "cwd": str(tmp_path), "path0": str(tmp_path), "env": f"p{devices}",
+                  "devices": devices, "stdin": "line\n", "session_leader": True, "main": "__main__",
+                  "sigint": str(signal.default_int_handler)}
+
+
+def test_a_signal_ends_the_child_as_it_ends_a_fresh_one():
+  procs = _both([sys.executable, "-m", "tests.zygote_probe", "wait"], cwd=ht.REPO, env=ht.subprocess_env(devices=1),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+  for p in procs:
+    assert json.loads(p.stdout.readline())["argv"] == ["wait"]
+    assert p.poll() is None
+    p.send_signal(signal.SIGTERM)
+  assert [p.wait(timeout=60) for p in procs] == [-signal.SIGTERM] * 2
