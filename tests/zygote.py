@@ -59,6 +59,7 @@ class _Zygote:
 
 
 _zygotes: dict[tuple, _Zygote] = {}  # least recently used first
+_requests: dict[tuple, int] = {}
 
 
 def _key(env: dict) -> tuple:
@@ -66,10 +67,14 @@ def _key(env: dict) -> tuple:
 
 
 def _zygote_for(env: dict) -> _Zygote | None:
-  """The zygote for `env`, started on first use; None when `_MAX_ZYGOTES` run and each has a child running."""
+  """The zygote for `env`, started at its second request (a one-off environment is not worth one); None before that,
+  and when `_MAX_ZYGOTES` run and each has a child running."""
   key = _key(env)
   zygote = _zygotes.pop(key, None)
   if zygote is None:
+    _requests[key] = _requests.get(key, 0) + 1
+    if _requests[key] < 2:
+      return None
     while len(_zygotes) >= _MAX_ZYGOTES:
       idle = next((k for k, z in _zygotes.items() if not z.busy()), None)
       if idle is None:
