@@ -343,8 +343,15 @@ def ema_decay(config) -> float:
   return decay
 
 
-def _tuple_or_none(values):
-  return None if values is None else tuple(values)
+def buckets(config) -> tuple | None:
+  """`data.buckets` (None: one bucket, data.max_len), each in [1, data.max_len]."""
+  values = None if config.data.get("buckets") is None else tuple(int(b) for b in config.data.buckets)
+  max_len = int(config.data.max_len)
+  if values and (min(values) < 1 or max(values) > max_len):
+    fits = tuple(b for b in values if 1 <= b <= max_len)
+    raise UserError(f"data.buckets={values} must lie in [1, data.max_len={max_len}]: pass "
+                    f"--config.data.buckets='{fits}' or a larger data.max_len")
+  return values
 
 
 def run_spec(config, platform: str | None = None) -> RunSpec:
@@ -364,7 +371,7 @@ def run_spec(config, platform: str | None = None) -> RunSpec:
       ema_warmup=bool(config.optimizer.get("ema_warmup", False)), adversarial=Adversarial.from_config(config),
       tune_threshold=bool(get("tune_threshold", False)), optimizer=OptimizerSpec.from_config(config.optimizer),
       batch_size=int(get("batch_size", 32)), eval_batch_size=int(get("eval_batch_size", 128)),
-      buckets=_tuple_or_none(d.get("buckets")), bucket_run=int(d.get("bucket_run", 0)), **split_options(config),
+      buckets=buckets(config), bucket_run=int(d.get("bucket_run", 0)), **split_options(config),
       checkpoint_every_steps=int(get("checkpoint_every_steps", 500)), keep_checkpoints=int(get("keep_checkpoints", 2)),
       eval_every_steps=int(get("eval_every_steps", 0)),
       early_stop_patience=float(get("early_stop_patience", 0)), log_every_steps=int(get("log_every_steps", 100)),

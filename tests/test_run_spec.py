@@ -13,6 +13,7 @@ from gp_jax import optim
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax import steps
+from gp_jax.errors import UserError
 from tests import helpers_train as ht
 
 GP_JAX = pathlib.Path(__file__).resolve().parents[1] / "gp_jax"
@@ -74,3 +75,15 @@ def test_spec_is_resolved_for_the_target_platform():
   assert factory.run_spec(config, "cpu").precision.dtype == "float32"
   tpu = factory.run_spec(config, "tpu")
   assert (tpu.platform, tpu.precision.dtype) == ("tpu", "bfloat16")
+
+
+def test_buckets_past_max_len_are_refused_in_one_line_that_names_the_fix():
+  config = ht.tiny_config(**{"data.max_len": 48, "data.buckets": (16, 32, 64)})
+  with pytest.raises(UserError) as e:
+    factory.run_spec(config, "cpu")
+  assert str(e.value) == ("data.buckets=(16, 32, 64) must lie in [1, data.max_len=48]: pass "
+                          "--config.data.buckets='(16, 32)' or a larger data.max_len")
+  config.data.buckets = (16, 32, 48)
+  assert factory.run_spec(config, "cpu").buckets == (16, 32, 48)
+  config.data.buckets = ()
+  assert factory.run_spec(config, "cpu").buckets == ()
