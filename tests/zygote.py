@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import resource
 import shutil
 import socket
 import struct
@@ -30,6 +31,7 @@ PRELOAD = ("gp_jax.train", "gp_jax.serving")  # libraries only: the entry module
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PER_CHILD = ("XLA_FLAGS", "PYTEST_CURRENT_TEST")
 _PER_CHILD_PREFIX = ("GP_JAX_",)
+OFF_ENV = "GP_JAX_TEST_ZYGOTE"  # "0": every child a plain subprocess
 _MAX_ZYGOTES = 4  # per xdist worker; the least recently used one with no child running makes room
 
 
@@ -42,11 +44,14 @@ class _Zygote:
     with open(os.path.join(self.folder, "stderr"), "wb") as err:
       self.proc = subprocess.Popen([sys.executable, "-m", "tests.zygote", self.path], env=env, cwd=REPO,
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
-    if self.proc.stdout.readline().strip() != b"ready":
+    ready = self.proc.stdout.readline().split()
+    if ready[:1] != [b"ready"]:
       self.proc.kill()
       self.proc.wait()
       with open(os.path.join(self.folder, "stderr"), errors="replace") as f:
         raise RuntimeError(f"the zygote did not start: {f.read()[-2000:]}")
+    global cpu_seconds
+    cpu_seconds += float(ready[1])
 
   def busy(self) -> bool:
     return any(child.poll() is None for child in list(self.children))
@@ -60,6 +65,10 @@ class _Zygote:
 
 _zygotes: dict[tuple, _Zygote] = {}  # least recently used first
 _requests: dict[tuple, int] = {}
+_STATUS = struct.Struct("qd")  # wait status, the child's CPU seconds
+# CPU seconds of this process's zygotes (their imports) and of the children they forked and reaped: the zygote, not
+# this process, reaps them, so RUSAGE_CHILDREN counts none of it until the zygote exits (benchmarks/suite_cpu.py).
+cpu_seconds = 0.0
 
 
 def _key(env: dict) -> tuple:
@@ -130,11 +139,14 @@ class ZygotePopen(subprocess.Popen):
 
     if wait_flags & os.WNOHANG and not select.select([self._conn], [], [], 0)[0]:
       return 0, 0
-    data = self._conn.recv(8)
+    data = self._conn.recv(_STATUS.size)
     self._conn.close()
-    if len(data) != 8:
+    if len(data) != _STATUS.size:
       raise ChildProcessError(f"the zygote lost child {self.pid}")
-    return self.pid, struct.unpack("q", data)[0]
+    status, cpu = _STATUS.unpack(data)
+    global cpu_seconds
+    cpu_seconds += cpu
+    return self.pid, status
 
   def _internal_poll(self, _deadstate=None, **_):
     if self.returncode is None and self._waitpid_lock.acquire(False):
@@ -156,7 +168,7 @@ def popen(args, **kw) -> subprocess.Popen:
   module = _module(args)
   zygote = None
   env = dict(kw["env"]) if kw.get("env") is not None else dict(os.environ)
-  if (module is not None and REPO in env.get("PYTHONPATH", "").split(os.pathsep)
+  if (module is not None and os.environ.get(OFF_ENV, "") != "0" and REPO in env.get("PYTHONPATH", "").split(os.pathsep)
       and not any(kw.get(k) for k in ("preexec_fn", "pass_fds", "shell", "executable"))):
     zygote = _zygote_for(env)
   if zygote is None:
@@ -269,7 +281,8 @@ def _serve(path: str) -> None:
   sel = selectors.DefaultSelector()
   sel.register(listener, selectors.EVENT_READ, "accept")
   sel.register(sys.stdin.fileno(), selectors.EVENT_READ, "parent")
-  sys.stdout.write("ready\n")
+  usage = resource.getrusage(resource.RUSAGE_SELF)
+  sys.stdout.write(f"ready {usage.ru_utime + usage.ru_stime}\n")
   sys.stdout.flush()
   devnull = os.open(os.devnull, os.O_RDWR)
   os.dup2(devnull, 1)
@@ -305,9 +318,9 @@ def _serve(path: str) -> None:
         pid, conn = key.data
         sel.unregister(key.fd)
         os.close(key.fd)
-        _, status = os.waitpid(pid, 0)
+        _, status, usage = os.wait4(pid, 0)
         try:
-          conn.sendall(struct.pack("q", status))
+          conn.sendall(_STATUS.pack(status, usage.ru_utime + usage.ru_stime))
         except OSError:
           pass  # the test is gone
         conns.remove(conn)
