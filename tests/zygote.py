@@ -57,8 +57,11 @@ class _Zygote:
     return any(child.poll() is None for child in list(self.children))
 
   def close(self) -> None:
+    global cpu_seconds
+    before = _children_cpu()
     self.proc.stdin.close()  # it exits at EOF
     self.proc.wait()
+    cpu_seconds -= _children_cpu() - before  # reaped: RUSAGE_CHILDREN counts it and its children from here on
     self.proc.stdout.close()
     shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -69,6 +72,11 @@ _STATUS = struct.Struct("qd")  # wait status, the child's CPU seconds
 # CPU seconds of this process's zygotes (their imports) and of the children they forked and reaped: the zygote, not
 # this process, reaps them, so RUSAGE_CHILDREN counts none of it until the zygote exits (benchmarks/suite_cpu.py).
 cpu_seconds = 0.0
+
+
+def _children_cpu() -> float:
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
 
 
 def _key(env: dict) -> tuple:

@@ -2,6 +2,7 @@
 with its own stdin, cwd, environment (XLA_FLAGS read after the fork), session and `__main__`."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -10,6 +11,8 @@ import pytest
 
 from tests import helpers_train as ht
 from tests import zygote
+
+pytestmark = pytest.mark.skipif(os.environ.get(zygote.OFF_ENV) == "0", reason=f"{zygote.OFF_ENV}=0: no zygote")
 
 
 def _both(cmd, **kw):
@@ -52,3 +55,18 @@ def test_a_signal_ends_the_child_as_it_ends_a_fresh_one():
     assert p.poll() is None
     p.send_signal(signal.SIGTERM)
   assert [p.wait(timeout=60) for p in procs] == [-signal.SIGTERM] * 2
+
+
+def test_cpu_of_forked_children_counts_once_when_their_zygote_is_reaped():
+  """benchmarks.suite_cpu counts RUSAGE_CHILDREN plus `zygote.cpu_seconds`: a zygote that exits (gives way, or at the
+  end) moves its imports' and its children's CPU into RUSAGE_CHILDREN, and out of `cpu_seconds`."""
+  cmd = [sys.executable, "-m", "tests.zygote_probe"]
+  env = ht.subprocess_env(devices=1, PROBE="cpu")
+  for _ in range(3):  # the first runs plain; the second starts the zygote
+    proc = zygote.run(cmd, cwd=ht.REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    assert proc.returncode == 3
+  forked = zygote.cpu_seconds
+  counted = zygote._children_cpu() + zygote.cpu_seconds  # pylint: disable=protected-access
+  zygote._close_all()  # pylint: disable=protected-access
+  assert forked > 1.0  # the zygote's imports (jax) and two children
+  assert abs(zygote._children_cpu() + zygote.cpu_seconds - counted) < 0.3  # pylint: disable=protected-access
