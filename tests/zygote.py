@@ -118,7 +118,9 @@ class ZygotePopen(subprocess.Popen):
   """`subprocess.Popen` whose child is forked by a zygote: the pipes, `communicate`, `wait(timeout)`, `poll` and
   `send_signal` are Popen's; the exit status comes from the zygote, the child's parent."""
 
-  _zygote_path: str
+  def __init__(self, zygote_path: str, args, **kw):
+    self._zygote_path = zygote_path
+    super().__init__(args, **kw)
 
   def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo, creationflags,
                      shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, restore_signals, gid, gids, uid,
@@ -181,9 +183,7 @@ def popen(args, **kw) -> subprocess.Popen:
     zygote = _zygote_for(env)
   if zygote is None:
     return subprocess.Popen(args, **kw)
-  proc = ZygotePopen.__new__(ZygotePopen)
-  proc._zygote_path = zygote.path
-  ZygotePopen.__init__(proc, args, **kw)
+  proc = ZygotePopen(zygote.path, args, **kw)
   zygote.children.add(proc)
   return proc
 
