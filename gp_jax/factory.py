@@ -347,10 +347,12 @@ def buckets(config) -> tuple | None:
   """`data.buckets` (None: one bucket, data.max_len), each in [1, data.max_len]."""
   values = None if config.data.get("buckets") is None else tuple(int(b) for b in config.data.buckets)
   max_len = int(config.data.max_len)
-  if values and (min(values) < 1 or max(values) > max_len):
+  try:
+    batching.normalize_buckets(values, max_len)  # the batcher's check, here before any data is read
+  except ValueError:
     fits = tuple(b for b in values if 1 <= b <= max_len)
     raise UserError(f"data.buckets={values} must lie in [1, data.max_len={max_len}]: pass "
-                    f"--config.data.buckets='{fits}' or a larger data.max_len")
+                    f"--config.data.buckets='{fits}' or a larger data.max_len") from None
   return values
 
 

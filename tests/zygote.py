@@ -68,6 +68,7 @@ class _Zygote:
 
 _zygotes: dict[tuple, _Zygote] = {}  # least recently used first
 _requests: dict[tuple, int] = {}
+_PID = struct.Struct("q")
 _STATUS = struct.Struct("qd")  # wait status, the child's CPU seconds
 # CPU seconds of this process's zygotes (their imports) and of the children they forked and reaped: the zygote, not
 # this process, reaps them, so RUSAGE_CHILDREN counts none of it until the zygote exits (benchmarks/suite_cpu.py).
@@ -132,15 +133,15 @@ class ZygotePopen(subprocess.Popen):
     try:
       conn.connect(self._zygote_path)
       socket.send_fds(conn, [json.dumps(spec).encode()], fds)
-      reply = conn.recv(8)
-      if len(reply) != 8:
+      reply = conn.recv(_PID.size)
+      if len(reply) != _PID.size:
         raise OSError(f"the zygote at {self._zygote_path} gave no pid")
     except BaseException:
       conn.close()
       raise
     finally:
       self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
-    self.pid = struct.unpack("q", reply)[0]
+    self.pid, = _PID.unpack(reply)
     self._child_created = True
     self._conn = conn
 
@@ -318,7 +319,7 @@ def _serve(path: str) -> None:
           _child(json.loads(msg), fds, printed)
         for fd in fds:
           os.close(fd)
-        conn.sendall(struct.pack("q", pid))
+        conn.sendall(_PID.pack(pid))
         pidfd = os.pidfd_open(pid)
         conns.append(conn)
         sel.register(pidfd, selectors.EVENT_READ, (pid, conn))
