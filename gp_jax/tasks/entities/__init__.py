@@ -19,26 +19,32 @@ def token_lengths(prepared, spans) -> np.ndarray:
   """Content tokens overlapping each char span (record, start, end, ...) of `spans`."""
   spans = list(spans)
   out = np.zeros(len(spans), np.int64)
+  rows_by_record: dict[int, list[tuple[int, int, int]]] = {}
   for n, (r, a, b, *_) in enumerate(spans):
+    rows_by_record.setdefault(r, []).append((n, a, b))
+  for r, rows in rows_by_record.items():
     off = prepared.record_offsets(r)
-    out[n] = int(np.sum((off[:, 0] < b) & (off[:, 1] > a) & (off[:, 1] > off[:, 0])))
+    off = off[off[:, 1] > off[:, 0]]
+    starts, ends = np.sort(off[:, 0]), np.sort(off[:, 1])
+    n, a, b = np.asarray(rows, np.int64).T
+    # A token [s, e) with s < e overlaps [a, b) iff s < b and e > a; when a < b every token with e <= a also has
+    # s < b, so the count is #(s < b) - #(e <= a).
+    out[n] = np.searchsorted(starts, b, "left") - np.searchsorted(ends, a, "right")
+    for i in np.flatnonzero(a >= b):
+      out[n[i]] = int(np.sum((off[:, 0] < b[i]) & (off[:, 1] > a[i])))
   return out
 
 
 def by_length(prepared, pred, gold) -> dict[str, dict[str, int]]:
   """tp / pred / gold counts by entity length in the encoder's tokens (buckets 1, 2, 3-4, 5-8, 9+)."""
-  pred, gold = set(pred), set(gold)
+  pred, gold = list(set(pred)), list(set(gold))
+  pred_set = set(pred)
+  gold_n, pred_n = token_lengths(prepared, gold), token_lengths(prepared, pred)
+  tp_n = gold_n[np.array([s in pred_set for s in gold], bool)] if gold else gold_n
   out = {}
-  lengths = {}
-  for name, spans in (("pred", pred), ("gold", gold)):
-    spans = sorted(spans, key=str)
-    lengths[name] = dict(zip(spans, token_lengths(prepared, spans).tolist()))
-  tp = pred & gold
   for label, lo, hi in LENGTH_BUCKETS:
-    inside = lambda n: n >= lo and (hi is None or n <= hi)  # noqa: E731
-    out[label] = {"tp": sum(inside(lengths["gold"][s]) for s in tp),
-                  "pred": sum(inside(n) for n in lengths["pred"].values()),
-                  "gold": sum(inside(n) for n in lengths["gold"].values())}
+    count = lambda lengths: int(np.sum((lengths >= lo) & (lengths <= (hi if hi is not None else np.inf))))  # noqa: E731
+    out[label] = {"tp": count(tp_n), "pred": count(pred_n), "gold": count(gold_n)}
   return out
 
 
