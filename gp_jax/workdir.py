@@ -22,7 +22,7 @@ import ml_collections
 
 from gp_jax import storage
 from gp_jax.data import tokenize
-from gp_jax.models import pretrained
+from gp_jax.models import locate
 
 PRETRAINED = "pretrained.json"
 
@@ -31,7 +31,7 @@ def save_run_files(workdir, *, config_json: str, types, tokenizer, encoder_confi
   root = storage.path(workdir)
   first = not (root / "config.json").exists()
   if first and encoder_config is not None:
-    storage.write_json(root / PRETRAINED, pretrained.source(json.loads(config_json)["model"]["pretrained"]), indent=1)
+    storage.write_json(root / PRETRAINED, locate.source(json.loads(config_json)["model"]["pretrained"]), indent=1)
   storage.write_text(root / "config.json", config_json)
   storage.write_json(root / "types.json", list(types))
   if encoder_config is not None:
@@ -111,7 +111,7 @@ def resume_changes(workdir, old: dict, new: dict, defaults: dict | None = None) 
   if recorded is None or new.get("model", {}).get("encoder") != "bert":
     return config_changes(old, new, defaults)
   changes = config_changes(old, new, defaults, ignore=("model.pretrained",))
-  current = pretrained.source(new["model"]["pretrained"])
-  if not pretrained.same_source(recorded, current):
-    changes.append(f"model.pretrained: {pretrained.describe(recorded)!r} -> {pretrained.describe(current)!r}")
+  current = locate.source(new["model"]["pretrained"])
+  if not locate.same_source(recorded, current):
+    changes.append(f"model.pretrained: {locate.describe(recorded)!r} -> {locate.describe(current)!r}")
   return sorted(changes)

@@ -1,7 +1,15 @@
-"""flax.nnx modules: span heads, tagger heads (baselines) and encoders."""
+"""flax.nnx modules: span heads, tagger heads (baselines) and encoders. The classes load on first access, so that
+`gp_jax.models.locate` (where pretrained encoders come from) is read without jax."""
 
-from gp_jax.models.gplinker import GPLinkerHead
-from gp_jax.models.heads import HEADS, EfficientGlobalPointer, GlobalPointer
-from gp_jax.models.taggers import TAGGERS, CrfTagger, SoftmaxTagger
+import importlib
+
+_WHERE = {"GPLinkerHead": "gplinker", "HEADS": "heads", "EfficientGlobalPointer": "heads", "GlobalPointer": "heads",
+          "TAGGERS": "taggers", "CrfTagger": "taggers", "SoftmaxTagger": "taggers"}
 
 __all__ = ["GlobalPointer", "EfficientGlobalPointer", "HEADS", "SoftmaxTagger", "CrfTagger", "TAGGERS", "GPLinkerHead"]
+
+
+def __getattr__(name):
+  if name in _WHERE:
+    return getattr(importlib.import_module(f"gp_jax.models.{_WHERE[name]}"), name)
+  raise AttributeError(f"module 'gp_jax.models' has no attribute {name!r}")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gp_jax.models import pretrained
+from gp_jax.models import locate, pretrained
 from tests import helpers_train as ht
 from tests import zygote
 from tests.models.test_pretrained import _assert_same_model, hub_cache, tiny_encoder
@@ -91,7 +91,7 @@ def test_gs_encoder_folder_is_copied_once(gcs_env, tmp_path, monkeypatch):
   from gp_jax import storage
 
   monkeypatch.setenv("GP_JAX_CACHE", str(tmp_path / "cache"))
-  monkeypatch.setattr(pretrained, "_RESOLVED", {})
+  monkeypatch.setattr(locate, "_RESOLVED", {})
   tiny_encoder(tmp_path / "enc", seed=2)
   (tmp_path / "enc" / "pytorch_model.bin").write_bytes(b"not read, not copied")
   storage.upload_dir(tmp_path / "enc", "gs://bucket/encoders/tiny")
@@ -102,9 +102,9 @@ def test_gs_encoder_folder_is_copied_once(gcs_env, tmp_path, monkeypatch):
   _assert_same_model(pretrained.load_pretrained(tmp_path / "enc"), pretrained.load_pretrained(folder))
   # Copied once: a later process reuses the copy without reading the bucket.
   epath.Path("gs://bucket/encoders/tiny").rmtree()
-  monkeypatch.setattr(pretrained, "_RESOLVED", {})
+  monkeypatch.setattr(locate, "_RESOLVED", {})
   assert pretrained.resolve("gs://bucket/encoders/tiny") == folder
-  monkeypatch.setattr(pretrained, "_RESOLVED", {})
+  monkeypatch.setattr(locate, "_RESOLVED", {})
   with pytest.raises(FileNotFoundError, match="gs://bucket/encoders/other is not a folder"):
     pretrained.resolve("gs://bucket/encoders/other")
   assert os.listdir(tmp_path / "cache" / "pretrained") == [folder.name]

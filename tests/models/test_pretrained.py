@@ -16,7 +16,7 @@ from safetensors.numpy import save_file
 
 from gp_jax import workdir as wd
 from gp_jax.data.tokenize import HFTokenizer, load_tokenizer
-from gp_jax.models import pretrained
+from gp_jax.models import locate, pretrained
 from gp_jax.models.bert import BertConfig
 from tests.models.test_bert import _hf_config_dict, _hf_weights, _random_batch, _run
 
@@ -150,7 +150,7 @@ def offline_hub(tmp_path, monkeypatch):
   monkeypatch.setenv("HF_HUB_OFFLINE", "1")
   monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hf_home / "hub"))
   monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-  monkeypatch.setattr(pretrained, "_RESOLVED", {})
+  monkeypatch.setattr(locate, "_RESOLVED", {})
   return hf_home
 
 
