@@ -119,6 +119,9 @@ def main(argv=None) -> int:
   if s.platform == "cuda":  # libtpu (the aot extra) starts when JAX looks for plugins: given a slice, it stays quiet
     for k, v in runtime.libtpu_compile_only_env("v5litepod-1").items():
       os.environ.setdefault(k, v)
+  # Programs compiled for a TPU topology or XLA:GPU without a GPU cannot be loaded back here (no client): a
+  # persistent cache ($JAX_COMPILATION_CACHE_DIR) would only store entries and warn on reading them.
+  runtime.configure_compilation_cache("off")
   from gp_jax import aot  # pylint: disable=g-import-not-at-top
   from . import compiler as compiler_lib  # pylint: disable=g-import-not-at-top
 

@@ -19,15 +19,37 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # numpy's OpenBLAS starts a thread per core that spins waiting for work in every process that imports numpy
 # (~0.08 CPU-s each, ~200 processes a run); the tests' BLAS calls are small.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-# One persistent compilation cache for the whole run: xdist workers and the subprocesses tests start inherit it,
-# so a step compiled by one test is loaded, not recompiled, by the next that builds the same program.
+# One persistent compilation cache: xdist workers and the subprocesses tests start inherit it, so a program compiled
+# by one test is loaded, not compiled again, by the next that builds it, in this run and in the later runs on this
+# machine (jax keys an entry by the program, its compile options and the jax version: what changed compiles again).
+# Tests of compilation itself keep a folder of their own or none (`no_jit_cache`). GP_JAX_TEST_JIT_CACHE=fresh: an
+# empty folder for this run only (the suite on a new machine); =DIR: that folder; JAX_COMPILATION_CACHE_DIR wins.
+TEST_JIT_CACHE_ENV = "GP_JAX_TEST_JIT_CACHE"
+TEST_JIT_CACHE_MAX_BYTES = 2 << 30  # a folder past this starts empty
+_jit_cache_note = "JAX_COMPILATION_CACHE_DIR"
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-  import atexit  # noqa: E402
   import shutil  # noqa: E402
-  import tempfile  # noqa: E402
 
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="gp_jax_test_jit_cache_")
-  atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+  if os.environ.get(TEST_JIT_CACHE_ENV, "").strip() == "fresh":
+    import atexit  # noqa: E402
+    import tempfile  # noqa: E402
+
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="gp_jax_test_jit_cache_")
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+    _jit_cache_note = f"{TEST_JIT_CACHE_ENV}=fresh, removed at exit"
+  else:
+    from gp_jax.compile_cache import user_cache_dir  # noqa: E402  (jax-free)
+
+    _folder = os.path.expanduser(os.environ.get(TEST_JIT_CACHE_ENV, "").strip() or user_cache_dir("test_jit_cache"))
+    _sizes = [e.stat().st_size for e in os.scandir(_folder) if e.is_file()] if os.path.isdir(_folder) else []
+    if sum(_sizes) > TEST_JIT_CACHE_MAX_BYTES:
+      shutil.rmtree(_folder, ignore_errors=True)
+      _jit_cache_note = f"emptied: past {TEST_JIT_CACHE_MAX_BYTES >> 20} MiB"
+    else:
+      _jit_cache_note = f"{len(_sizes)} entries, {sum(_sizes) / 2**20:.0f} MiB at the start"
+    os.makedirs(_folder, exist_ok=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _folder
+    _jit_cache_note += f"; {TEST_JIT_CACHE_ENV}=fresh for an empty one"
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import compileall  # noqa: E402
@@ -103,12 +125,36 @@ def pytest_sessionstart(session):
   Offline, its tests skip with pip's reason."""
   if hasattr(session.config, "workerinput"):
     return
-  from gp_jax.models.pretrained import minilm_l6_path  # pylint: disable=g-import-not-at-top
+  from gp_jax.models.locate import minilm_l6_path  # pylint: disable=g-import-not-at-top
 
   try:
     minilm_l6_path()
   except (RuntimeError, FileNotFoundError):
     pass
+
+
+def pytest_report_header(config):
+  return f"jit cache: {os.environ['JAX_COMPILATION_CACHE_DIR']} ({_jit_cache_note})"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _jit_cache_writes_by_rename():
+  """This process's compiles write cache entries as the trainer does (`runtime.configure_compilation_cache`): by
+  rename, so a reader never sees half an entry, and an entry that failed to read is written again."""
+  from gp_jax import runtime  # pylint: disable=g-import-not-at-top
+
+  runtime.configure_compilation_cache(os.environ["JAX_COMPILATION_CACHE_DIR"])
+
+
+@pytest.fixture
+def no_jit_cache():
+  """The test's compiles without the persistent cache: a TPU topology or XLA:GPU without a GPU writes entries no
+  process can load (jax warns on reading them), and a test of compilation must compile."""
+  from gp_jax import runtime  # pylint: disable=g-import-not-at-top
+
+  runtime.configure_compilation_cache("off")
+  yield
+  runtime.configure_compilation_cache(os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 
 def pytest_collection_finish(session):

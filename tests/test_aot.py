@@ -42,7 +42,7 @@ def _program(n, fn=None):
   return aot.Program("train", n, 8, fn, (jax.ShapeDtypeStruct((8, n), jnp.float32),))
 
 
-def test_compile_all_compiles_every_program_and_reports_the_totals():
+def test_compile_all_compiles_every_program_and_reports_the_totals(no_jit_cache):
   programs = [_program(n) for n in (16, 32, 48)]
   done = []
   report = aot.compile_all(programs, threads=2, on_done=done.append)

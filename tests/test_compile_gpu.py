@@ -13,6 +13,7 @@ from launch import compiler as compiler_lib
 from launch import points as points_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.usefixtures("no_jit_cache")  # compile-only targets: entries no process loads
 SYNTHETIC = os.path.join(REPO, "experiments", "synthetic.py") + ":quick"
 needs_gpu_compiler = pytest.mark.skipif(accelerators.gpu_compiler_missing() is not None,
                                         reason=str(accelerators.gpu_compiler_missing()))

@@ -14,6 +14,7 @@ from launch import compiler as compiler_lib
 from launch import points as points_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.usefixtures("no_jit_cache")  # compile-only targets: entries no process loads
 SYNTHETIC = os.path.join(REPO, "experiments", "synthetic.py") + ":quick"
 needs_libtpu = pytest.mark.skipif(accelerators.libtpu_missing() is not None,
                                   reason="libtpu is not installed: pip install -e '.[aot]'")

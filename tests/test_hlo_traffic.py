@@ -11,6 +11,8 @@ import pytest
 from benchmarks import hlo_traffic
 from launch import accelerators as compile_lib
 
+pytestmark = pytest.mark.usefixtures("no_jit_cache")  # compile-only targets: entries no process loads
+
 MODULE = """HloModule jit_step, entry_computation_layout={(f32[1000,100]{1,0}, f32[1000,100]{1,0})->f32[1000,100]{1,0}}
 
 %add_f32 (a: f32[], b: f32[]) -> f32[] {
