@@ -26,30 +26,49 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # empty folder for this run only (the suite on a new machine); =DIR: that folder; JAX_COMPILATION_CACHE_DIR wins.
 TEST_JIT_CACHE_ENV = "GP_JAX_TEST_JIT_CACHE"
 TEST_JIT_CACHE_MAX_BYTES = 2 << 30  # a folder past this starts empty
+
+
+def _test_jit_cache() -> tuple[str, str]:
+  """(folder, what the header says of it) as the comment above describes; a folder that cannot be used is one line in
+  the header and an empty folder for this run."""
+  import atexit  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+
+  from gp_jax.compile_cache import user_cache_dir  # pylint: disable=g-import-not-at-top  (jax-free)
+
+  def run_only(note):
+    folder = tempfile.mkdtemp(prefix="gp_jax_test_jit_cache_")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder, note
+
+  setting = os.environ.get(TEST_JIT_CACHE_ENV, "").strip()
+  if setting == "fresh":
+    return run_only(f"{TEST_JIT_CACHE_ENV}=fresh, removed at exit")
+  folder = os.path.expanduser(setting or user_cache_dir("test_jit_cache"))
+  try:
+    sizes = []
+    for entry in os.scandir(folder) if os.path.isdir(folder) else ():
+      if ".tmp." in entry.name and entry.stat().st_mtime < time.time() - 3600:  # its writer was killed mid-entry
+        os.unlink(entry.path)
+      elif entry.is_file():
+        sizes.append(entry.stat().st_size)
+    if sum(sizes) > TEST_JIT_CACHE_MAX_BYTES:
+      shutil.rmtree(folder, ignore_errors=True)
+      note = f"emptied: past {TEST_JIT_CACHE_MAX_BYTES >> 20} MiB"
+    else:
+      note = f"{len(sizes)} entries, {sum(sizes) / 2**20:.0f} MiB at the start"
+    os.makedirs(folder, exist_ok=True)
+    tempfile.NamedTemporaryFile(dir=folder).close()  # writable
+  except OSError as e:
+    return run_only(f"{folder} unusable ({e}): an empty folder for this run")
+  return folder, f"{note}; {TEST_JIT_CACHE_ENV}=fresh for an empty one"
+
+
 _jit_cache_note = "JAX_COMPILATION_CACHE_DIR"
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-  import shutil  # noqa: E402
-
-  if os.environ.get(TEST_JIT_CACHE_ENV, "").strip() == "fresh":
-    import atexit  # noqa: E402
-    import tempfile  # noqa: E402
-
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="gp_jax_test_jit_cache_")
-    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
-    _jit_cache_note = f"{TEST_JIT_CACHE_ENV}=fresh, removed at exit"
-  else:
-    from gp_jax.compile_cache import user_cache_dir  # noqa: E402  (jax-free)
-
-    _folder = os.path.expanduser(os.environ.get(TEST_JIT_CACHE_ENV, "").strip() or user_cache_dir("test_jit_cache"))
-    _sizes = [e.stat().st_size for e in os.scandir(_folder) if e.is_file()] if os.path.isdir(_folder) else []
-    if sum(_sizes) > TEST_JIT_CACHE_MAX_BYTES:
-      shutil.rmtree(_folder, ignore_errors=True)
-      _jit_cache_note = f"emptied: past {TEST_JIT_CACHE_MAX_BYTES >> 20} MiB"
-    else:
-      _jit_cache_note = f"{len(_sizes)} entries, {sum(_sizes) / 2**20:.0f} MiB at the start"
-    os.makedirs(_folder, exist_ok=True)
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = _folder
-    _jit_cache_note += f"; {TEST_JIT_CACHE_ENV}=fresh for an empty one"
+  os.environ["JAX_COMPILATION_CACHE_DIR"], _jit_cache_note = _test_jit_cache()
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import compileall  # noqa: E402
