@@ -40,11 +40,12 @@ def by_length(prepared, pred, gold) -> dict[str, dict[str, int]]:
   pred, gold = list(set(pred)), list(set(gold))
   pred_set = set(pred)
   gold_n, pred_n = token_lengths(prepared, gold), token_lengths(prepared, pred)
-  tp_n = gold_n[np.array([s in pred_set for s in gold], bool)] if gold else gold_n
+  tp_n = gold_n[np.array([s in pred_set for s in gold], bool)]
   out = {}
   for label, lo, hi in LENGTH_BUCKETS:
-    count = lambda lengths: int(np.sum((lengths >= lo) & (lengths <= (hi if hi is not None else np.inf))))  # noqa: E731
-    out[label] = {"tp": count(tp_n), "pred": count(pred_n), "gold": count(gold_n)}
+    top = np.inf if hi is None else hi
+    out[label] = {name: int(np.sum((n >= lo) & (n <= top))) for name, n in (("tp", tp_n), ("pred", pred_n),
+                                                                            ("gold", gold_n))}
   return out
 
 
