@@ -72,6 +72,16 @@ def flag_args(**overrides) -> list[str]:
   return out
 
 
+def jax_modules_imported_by(*modules: str) -> list[str]:
+  """The jax, jaxlib and flax modules a fresh interpreter holds after importing `modules` (asserts it ran)."""
+  script = (f"import json, sys; import {', '.join(modules)}; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'flax'))))")
+  proc = subprocess.run([sys.executable, "-c", script],
+                        cwd=REPO, env=subprocess_env(1), capture_output=True, text=True, timeout=120, check=False)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+  return json.loads(proc.stdout)
+
+
 def subprocess_env(devices: int = 8, *, jit_cache: bool = True, **extra) -> dict:
   """Environment for a child process with `devices` fake CPU devices."""
   from launch import local  # pylint: disable=g-import-not-at-top

@@ -536,9 +536,5 @@ def test_gpu_workers_each_get_their_own_gpus(tmp_path, monkeypatch, capsys):
 def test_the_launchers_import_no_jax():
   """Launchers, the sweep worker and the SLURM task wrapper import jax only where a point trains: a worker with
   nothing left to run, `--help` and the attempt accounting start in a fraction of a second."""
-  modules = ["launch.worker", "launch.local", "launch.tpu", "launch.slurm", "launch.slurm_task", "launch.report",
-             "launch.compile", "gp_jax.workdir", "gp_jax.models.locate"]
-  proc = subprocess.run([sys.executable, "-c", f"import sys; import {', '.join(modules)}; "
-                         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'flax')))"],
-                        cwd=REPO, env=ht.subprocess_env(1), capture_output=True, text=True, timeout=120, check=False)
-  assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout[-2000:] + proc.stderr[-2000:]
+  assert ht.jax_modules_imported_by("launch.worker", "launch.local", "launch.tpu", "launch.slurm", "launch.slurm_task",
+                                    "launch.report", "launch.compile", "gp_jax.workdir", "gp_jax.models.locate") == []
