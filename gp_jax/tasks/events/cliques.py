@@ -108,6 +108,24 @@ def _members(mask: int) -> list[int]:
   return out
 
 
+def _links(row: int, args: list[Argument], head: dict, tail: dict) -> tuple[dict, list[int]]:
+  """The link graph of one row and type's sorted arguments: ({(a, b), a < b, linked: (head score, tail score)},
+  per argument the bit mask of those linked to it). Linked: (row, min starts, max starts) is a head hit and
+  (row, min ends, max ends) a tail hit."""
+  cells, adjacency = {}, [0] * len(args)
+  for a in range(len(args)):
+    ha, ta = args[a].start, args[a].end
+    for b in range(a + 1, len(args)):
+      hb, tb = args[b].start, args[b].end
+      h = head.get((row, min(ha, hb), max(ha, hb)))
+      t = None if h is None else tail.get((row, min(ta, tb), max(ta, tb)))
+      if t is not None:
+        cells[a, b] = (h, t)
+        adjacency[a] |= 1 << b
+        adjacency[b] |= 1 << a
+  return cells, adjacency
+
+
 def group_events(argument_hits, head_hits, tail_hits, *, classes: Sequence, trigger_role: str = TRIGGER_ROLE,
                  require_trigger: bool = True, max_arguments_per_type: int = MAX_ARGUMENTS_PER_TYPE) -> Grouping:
   """Hits (`ops.events.event_hits`: (count, coords, scores) each) -> the events of every row (`Grouping`).
@@ -139,27 +157,14 @@ def group_events(argument_hits, head_hits, tail_hits, *, classes: Sequence, trig
       over_args += n
       continue
     args.sort()
-    cells = {}  # (a, b), a < b, linked -> (head score, tail score)
-    adjacency = [0] * n
-    for a in range(n):
-      ha, ta = args[a].start, args[a].end
-      for b in range(a + 1, n):
-        hb, tb = args[b].start, args[b].end
-        h = head.get((row, min(ha, hb), max(ha, hb)))
-        t = None if h is None else tail.get((row, min(ta, tb), max(ta, tb)))
-        if t is not None:
-          cells[a, b] = (h, t)
-          adjacency[a] |= 1 << b
-          adjacency[b] |= 1 << a
+    cells, adjacency = _links(row, args, head, tail)
     for mask in maximal_cliques(adjacency):
       members = _members(mask)
       if require_trigger and not any(args[m].role == trigger_role for m in members):
         triggerless += 1
         continue
-      score = min(args[m].score for m in members)
-      for i, a in enumerate(members):
-        for b in members[i + 1:]:
-          score = min(score, *cells[a, b])
+      link_scores = [s for i, a in enumerate(members) for b in members[i + 1:] for s in cells[a, b]]
+      score = min([args[m].score for m in members] + link_scores)  # an event is as sure as its least sure part
       events.append(Event(row, etype, tuple(args[m] for m in members), score))
   events.sort(key=lambda e: (e.row, e.type, [a[:3] for a in e.arguments]))
   return Grouping(events, over, over_args, triggerless)
