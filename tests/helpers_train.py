@@ -130,8 +130,9 @@ def _child_main(arg: str) -> None:
   """`python -m tests.helpers_train "[(workdir, overrides), ...]"`: the other side of `train_in_child`."""
   import ast
 
-  from gp_jax import train
+  from gp_jax import runtime, train
 
+  runtime.configure()  # as gp_jax.main: a user's run's programs (threefry lowering), which the cache shares with it
   for workdir, overrides in ast.literal_eval(arg):
     summary = train.train_and_evaluate(tiny_config(**overrides), workdir)
     sys.stderr.flush()  # the run's log lines before its summary
@@ -337,15 +338,20 @@ def pointer_rows(workdir: str, records: list[dict]) -> list[dict]:
   return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
-def assert_k_steps_per_call_equal_one(tmp_path, *, task: str, data: str, steps: int = 16, k: int = 4) -> None:
-  """`task` on `data` (a synthetic source) trained with steps_per_execution=1 and =k (dropout on; one child process,
-  one device): the same losses at every step and the same final state, to the last bit; the k run takes fewer
-  calls."""
-  # An evaluation mid-run and at the end, on 8 records in batches of 8: at TINY's 64 rows a batch, the pointer heads'
-  # evaluation programs were most of the test's time.
-  run = {"num_train_steps": steps, "checkpoint_every_steps": steps // 2, "eval_every_steps": steps // 2,
-         "batch_size": 16, "model.dropout": 0.1, "model.embed_dropout": 0.1, "data.name": data,
-         "data.max_eval_records": 8, "eval_batch_size": 8, "data.buckets": (), "data.max_len": 64}
+# The bit-exact checks' run (dropout on), the same for `assert_k_steps_per_call_equal_one` and
+# `assert_sigkill_resume_bit_exact`: XLA bakes the batch, lengths and schedule into the step, so with one run a task's
+# second check loads the first one's programs from the compilation cache instead of compiling its own. Evaluation on
+# 8 records in batches of 8: at TINY's 64 rows a batch, the pointer heads' evaluation programs were most of the time.
+BIT_EXACT_RUN = {"num_train_steps": 16, "batch_size": 16, "model.dropout": 0.1, "model.embed_dropout": 0.1,
+                 "data.max_eval_records": 8, "eval_batch_size": 8, "data.buckets": (), "data.max_len": 64}
+
+
+def assert_k_steps_per_call_equal_one(tmp_path, *, task: str, data: str, k: int = 4) -> None:
+  """`task` on `data` (a synthetic source) trained with steps_per_execution=1 and =k (BIT_EXACT_RUN; one child
+  process, one device): the same losses at every step and the same final state, to the last bit; the k run takes
+  fewer calls."""
+  steps = BIT_EXACT_RUN["num_train_steps"]
+  run = {**BIT_EXACT_RUN, "checkpoint_every_steps": steps // 2, "eval_every_steps": steps // 2, "data.name": data}
   workdirs = {per_call: str(tmp_path / f"k{per_call}") for per_call in (1, k)}
   summaries = train_in_child([(workdirs[per_call], {"task": task, "steps_per_execution": per_call, **run})
                               for per_call in (1, k)])  # one device, both runs in one process
@@ -361,12 +367,11 @@ def assert_k_steps_per_call_equal_one(tmp_path, *, task: str, data: str, steps: 
   assert all(np.array_equal(st1[name], st_k[name]) for name in st1)
 
 
-def assert_sigkill_resume_bit_exact(tmp_path, *, steps: int = 12, kill_step: int = 8, timeout: float = 180,
-                                    **run) -> None:
-  """`python -m gp_jax.main` with TINY + `run` (dropout on), SIGKILLed once its checkpoint of `kill_step` is on disk
-  and restarted, ends in the state and dev results of a run never killed (a 1-device process each)."""
-  run = {"num_train_steps": steps, "checkpoint_every_steps": 4, "batch_size": 24, "model.dropout": 0.1,
-         "model.embed_dropout": 0.1, "data.max_eval_records": 8, "data.max_len": 64, **run}
+def assert_sigkill_resume_bit_exact(tmp_path, *, kill_step: int = 8, timeout: float = 180, **run) -> None:
+  """`python -m gp_jax.main` with TINY + BIT_EXACT_RUN + `run`, SIGKILLed once its checkpoint of `kill_step` is on
+  disk and restarted, ends in the state and dev results of a run never killed (a 1-device process each)."""
+  run = {**BIT_EXACT_RUN, "checkpoint_every_steps": 4, **run}
+  steps = run["num_train_steps"]
   env = subprocess_env(devices=1)
   ref_dir, run_dir = str(tmp_path / "reference"), str(tmp_path / "killed")
   killed_beside_reference(ref_dir, run_dir, kill_step=kill_step, env=env, timeout=timeout, **run)
