@@ -37,9 +37,8 @@ def token_lengths(prepared, spans) -> np.ndarray:
 
 def by_length(prepared, pred, gold) -> dict[str, dict[str, int]]:
   """tp / pred / gold counts by entity length in the encoder's tokens (buckets 1, 2, 3-4, 5-8, 9+)."""
-  pred, gold = list(set(pred)), list(set(gold))
-  pred_set = set(pred)
-  gold_n, pred_n = token_lengths(prepared, gold), token_lengths(prepared, pred)
+  pred_set, gold = set(pred), list(set(gold))
+  gold_n, pred_n = token_lengths(prepared, gold), token_lengths(prepared, pred_set)
   tp_n = gold_n[np.array([s in pred_set for s in gold], bool)]
   out = {}
   for label, lo, hi in LENGTH_BUCKETS:
