@@ -4,12 +4,8 @@
 #   bash benchmarks/suite_fresh_clone.sh [CLONE_DIR]   (default: ../gp_jax_suite_clone, beside ../shared so the
 #                                                       corpus tests run; the folder is replaced)
 set -u
-# This machine's speed when the run starts and ends (instances of one kind differ ~3x and drift): CPU-s of a fixed
-# pure-Python loop, to read run-to-run figures against.
-calibrate() { python3 -c "import time; t = time.process_time(); s = 0
-for i in range(20_000_000): s += i * i
-print(f'calibration: a 20M-step Python loop takes {time.process_time() - t:.2f} CPU-s')"; }
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+. "$REPO/benchmarks/calibrate.sh"  # calibrate: the machine's speed when the run starts and ends
 CLONE=${1:-$REPO/../gp_jax_suite_clone}
 OUT=$CLONE.out
 rm -rf "$CLONE" "$OUT" && mkdir -p "$OUT" && git clone -q "$REPO" "$CLONE" && cd "$CLONE" || exit 2
@@ -17,7 +13,7 @@ echo "$(git log --oneline -1) | start $(date -u) | $(uptime)"
 start=$(date +%s)
 python3 -m venv .venv && . .venv/bin/activate && pip install -q -e '.[test]' && python -m launch.compile --install_gpu_compiler || exit 2
 echo "install $(( $(date +%s) - start )) s"
-calibrate
+echo "calibration: a 20M-step Python loop takes $(calibrate) CPU-s"
 ( while true; do head -1 /proc/stat; sleep 5; done ) > "$OUT/stat.txt" &
 sampler=$!
 GP_JAX_SUITE_CPU="$OUT/cpu" python -m pytest -q -ra -n auto --dist worksteal --durations=40 -p no:cacheprovider \
@@ -37,4 +33,4 @@ python -m benchmarks.suite_cpu "$OUT/cpu" --top 15 > "$OUT/cpu.md" && head -1 "$
 unit_start=$(date +%s)
 python -m pytest -q -n auto --dist worksteal -m "not e2e" -p no:cacheprovider 2>&1 | tail -1
 echo "unit tier wall $(( $(date +%s) - unit_start )) s | $(uptime)"
-calibrate
+echo "calibration: a 20M-step Python loop takes $(calibrate) CPU-s"

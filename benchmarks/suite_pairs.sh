@@ -8,9 +8,7 @@ set -u
 A=${1:?commit A}; B=${2:?commit B}; ROUNDS=${3:-2}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mkdir -p "${4:-$REPO/../gp_jax_pairs}" && cd "${4:-$REPO/../gp_jax_pairs}" && pwd)
-calibrate() { python3 -c "import time; t = time.process_time(); s = 0
-for i in range(20_000_000): s += i * i
-print(f'{time.process_time() - t:.2f}')"; }
+. "$REPO/benchmarks/calibrate.sh"
 for c in "$A" "$B"; do
   rm -rf "$DIR/$c" && git clone -q "$REPO" "$DIR/$c" && git -C "$DIR/$c" checkout -q "$c" || exit 2
   (cd "$DIR/$c" && python3 -m venv .venv && . .venv/bin/activate && pip install -q -e '.[test]' &&
