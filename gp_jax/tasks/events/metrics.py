@@ -96,18 +96,9 @@ def _main(result: dict) -> dict:
   return {k: result[k] for k in RESULT_KEYS}
 
 
-def event_prf(texts: Sequence[str], pred_events: Sequence[Sequence[dict]], gold_events: Sequence[Sequence[dict]]):
-  """Argument-level micro P/R/F1 (Su; the selection "f1") with per role, event level, TI / TC / AI / AC, breakdowns.
-
-  Returns {"precision", "recall", "f1", "tp", "pred", "gold"} (argument level) and
-  "per_type" ({"type:role": the same six}), "macro_f1" (mean F1 over roles with gold arguments),
-  "event_level" (the six, "per_type" by event type, "per_record", "by_events"), "ti", "tc", "ai", "ac" (the six each),
-  "per_record" ({"tp", "fp", "fn"}: one int per record, `metrics.per_record_counts`' format, argument level),
-  "by_events" ({"0", "1", "2", "3+"}: tp / pred / gold of the sentences with that many distinct gold events; "0"
-  holds the false positives of sentences without gold events).
-  """
-  pred_ev, gold_ev = checked_events(texts, pred_events, "predictions"), checked_events(texts, gold_events, "gold")
-  n = len(texts)
+def _tuple_sets(texts, pred_ev, gold_ev) -> tuple[dict, dict, dict]:
+  """{"pred", "gold"} sets of the argument tuples, the events (Su's event level) and, under "ti", "tc", "ai", "ac",
+  the trigger / argument identification and classification tuples; each (record, ..., class)."""
   arg = {"pred": set(), "gold": set()}
   evt = {"pred": set(), "gold": set()}
   cas = {k: {"pred": set(), "gold": set()} for k in ("ti", "tc", "ai", "ac")}
@@ -124,16 +115,37 @@ def event_prf(texts: Sequence[str], pred_events: Sequence[Sequence[dict]], gold_
           cas["tc"][side].add((r, *trig, etype))
         cas["ai"][side].update((r, a, b, etype) for _, a, b in args)
         cas["ac"][side].update((r, a, b, (etype, role)) for role, a, b in args)
+  return arg, evt, cas
 
-  result = span_prf(arg["pred"], arg["gold"])
-  per_type = {}
-  for (ty, role), v in result["per_type"].items():
+
+def _joined_per_type(per_type: dict) -> dict:
+  """span_prf's per-class counts keyed (type, role) -> keyed "type:role"; ValueError when two join alike."""
+  out = {}
+  for (ty, role), v in per_type.items():
     key = f"{ty}:{role}"
-    if key in per_type:
+    if key in out:
       raise ValueError(f"event type / role names {key!r} are ambiguous joined by ':'; rename a type or role")
-    per_type[key] = v
+    out[key] = v
+  return out
+
+
+def event_prf(texts: Sequence[str], pred_events: Sequence[Sequence[dict]], gold_events: Sequence[Sequence[dict]]):
+  """Argument-level micro P/R/F1 (Su; the selection "f1") with per role, event level, TI / TC / AI / AC, breakdowns.
+
+  Returns {"precision", "recall", "f1", "tp", "pred", "gold"} (argument level) and
+  "per_type" ({"type:role": the same six}), "macro_f1" (mean F1 over roles with gold arguments),
+  "event_level" (the six, "per_type" by event type, "per_record", "by_events"), "ti", "tc", "ai", "ac" (the six each),
+  "per_record" ({"tp", "fp", "fn"}: one int per record, `metrics.per_record_counts`' format, argument level),
+  "by_events" ({"0", "1", "2", "3+"}: tp / pred / gold of the sentences with that many distinct gold events; "0"
+  holds the false positives of sentences without gold events).
+  """
+  pred_ev, gold_ev = checked_events(texts, pred_events, "predictions"), checked_events(texts, gold_events, "gold")
+  n = len(texts)
+  arg, evt, cas = _tuple_sets(texts, pred_ev, gold_ev)
+  result = span_prf(arg["pred"], arg["gold"])
+  per_type = _joined_per_type(result["per_type"])
   result["per_type"] = dict(sorted(per_type.items()))
-  f1s = [v["f1"] for v in per_type.values() if v["gold"]]
+  f1s = [v["f1"] for v in per_type.values() if v["gold"]]  # summed in span_prf's order, as before the sort
   result["macro_f1"] = sum(f1s) / len(f1s) if f1s else 0.0
   result["level"] = "argument"
 
