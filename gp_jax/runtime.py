@@ -14,6 +14,10 @@ SIGINT (Ctrl-C) handling.
 - threefry on CPU: JAX's CPU lowering is a rolled loop XLA:CPU runs as separate kernels; `configure()` registers the
   unrolled lowering other backends use for draws above THREEFRY_ROLLED_MAX words (the same bits, one fused kernel;
   small draws keep the loop so that XLA does not copy them into every fusion; GP_JAX_THREEFRY=rolled keeps JAX's).
+- garbage collector: tracing and lowering allocate millions of short-lived objects; at Python's default thresholds
+  (700, 10, 10) the cyclic collector runs every few hundred of them and each full pass walks every object the imports
+  left alive (jax, flax, orbax). `configure()` freezes what is alive then out of every pass and makes young passes
+  rarer (GC_THRESHOLDS; GP_JAX_GC=0 leaves the collector alone). Cycles are still collected, a little later.
 - compilation cache: `configure_compilation_cache(config.compilation_cache)` (gp_jax/compile_cache.py).
 - `compile_seconds()` / `process_seconds()` give the `first step after N s (compile M s)` line.
 - dropout bits: `model.dropout_bits` (factory.resolve_dropout_bits); `dropout_bits()` is the fallback for a model
@@ -29,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import gc
 import importlib.util
 import logging
 import math
@@ -246,11 +251,25 @@ def configure_start_up() -> dict:
   return {"platforms": configure_platforms(), "quiet": quiet_start_up()}
 
 
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def configure_gc() -> tuple[int, ...] | None:
+  """Freezes the objects alive now (modules, classes) out of the collector's passes and sets GC_THRESHOLDS; returns
+  them (None with GP_JAX_GC=0)."""
+  if os.environ.get("GP_JAX_GC", "1").lower() in ("0", "false", "off", "no"):
+    return None
+  gc.freeze()
+  gc.set_threshold(*GC_THRESHOLDS)
+  return GC_THRESHOLDS
+
+
 def configure() -> dict:
   """Process-level settings; idempotent. Call before JAX allocates or compiles anything."""
   global _configured
   if _configured is None:
     _configured = {**configure_start_up(), "malloc": configure_malloc(), "threefry": configure_threefry(),
+                   "gc": configure_gc(),
                    "compile_clock": start_compile_clock()}
   return _configured
 

@@ -82,11 +82,11 @@ if sys.flags.dont_write_bytecode and "PYTEST_XDIST_WORKER" not in os.environ:
   for _tree in ("gp_jax", "launch", "benchmarks", "tests"):
     compileall.compile_dir(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), _tree), quiet=1)
 
-# Tracing and lowering allocate millions of short-lived objects: at Python's default thresholds (700, 10, 10) the
-# cyclic collector runs constantly and each full pass walks every object the imports left alive (jax, flax, torch).
-# Rarer young passes, and the objects alive after collection frozen out of every pass (`pytest_collection_finish`),
-# save that time (docs/benchmarks/test_suite.md); garbage cycles are still collected, a little later.
-gc.set_threshold(50_000, 20, 100)
+# The collector as `gp_jax.runtime.configure()` sets it for a run (its docstring says why): rarer young passes, and
+# the objects alive after collection frozen out of every pass (`pytest_collection_finish`; docs/benchmarks/test_suite.md).
+from gp_jax.runtime import GC_THRESHOLDS  # noqa: E402  (jax-free)
+
+gc.set_threshold(*GC_THRESHOLDS)
 
 import pathlib  # noqa: E402
 import subprocess  # noqa: E402

@@ -117,6 +117,23 @@ def test_malloc_settings_turn_off_mmap_trimming_and_arenas():
   assert s["M_MMAP_MAX"] == 0 and s["M_ARENA_MAX"] == 1 and s["M_TRIM_THRESHOLD"] >= 2 ** 30
 
 
+def test_gc_freezes_what_is_alive_and_makes_young_passes_rarer(monkeypatch):
+  import gc
+
+  before = gc.get_threshold()
+  try:
+    gc.set_threshold(700, 10, 10)
+    monkeypatch.setenv("GP_JAX_GC", "0")
+    assert runtime.configure_gc() is None and gc.get_threshold() == (700, 10, 10)
+    monkeypatch.delenv("GP_JAX_GC")
+    gc.unfreeze()
+    assert runtime.configure_gc() == runtime.GC_THRESHOLDS == gc.get_threshold()
+    assert gc.get_threshold()[0] > 700 and gc.get_freeze_count() > 0
+  finally:
+    gc.set_threshold(*before)
+    gc.freeze()  # as tests/conftest.py left this worker
+
+
 def test_environ_sets_then_restores_each_variable(monkeypatch):
   monkeypatch.setenv("GP_JAX_TEST_SET", "before")
   monkeypatch.delenv("GP_JAX_TEST_UNSET", raising=False)

@@ -307,12 +307,11 @@ def test_tuned_threshold_and_ema_weights_in_a_run(tmp_path):
   equal real decodes at those thresholds; threshold.json is what `tuned_threshold` returns while best/ holds
   that step."""
   from gp_jax import checkpoint as ckpt_lib
-  from gp_jax import train
 
   steps_n = 40
-  config = ht.tiny_config(num_train_steps=steps_n, eval_every_steps=steps_n, checkpoint_every_steps=steps_n,
-                          tune_threshold=True, **{"optimizer.lr": 1e-2, "optimizer.ema_decay": 0.9})
-  summary = train.train_and_evaluate(config, str(tmp_path))
+  overrides = {"num_train_steps": steps_n, "eval_every_steps": steps_n, "checkpoint_every_steps": steps_n,
+               "tune_threshold": True, "optimizer.lr": 1e-2, "optimizer.ema_decay": 0.9}
+  summary, = ht.train_in_child([(str(tmp_path), overrides)])
   assert summary["status"] == "finished" and summary["eval_weights"] == "ema" and summary["ema_decay"] == 0.9
   _, best = ht.restore_state(str(tmp_path), sub="best")
   _, state = ht.restore_state(str(tmp_path))
@@ -338,7 +337,8 @@ def test_tuned_threshold_and_ema_weights_in_a_run(tmp_path):
 
   # best/ moves to another step: the saved threshold is stale.
   mngr = ckpt_lib.make_manager(os.path.join(tmp_path, "best"), keep=1, best=True)
-  ckpt_lib.save_params(mngr, steps_n + 1, params=best, config_json=json.dumps(config.to_dict()), dev_f1=1.0)
+  ckpt_lib.save_params(mngr, steps_n + 1, params=best, config_json=json.dumps(ht.tiny_config(**overrides).to_dict()),
+                       dev_f1=1.0)
   mngr.wait_until_finished()
   mngr.close()
   assert threshold_lib.tuned_threshold(str(tmp_path)) is None

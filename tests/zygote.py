@@ -266,8 +266,13 @@ def _child(spec: dict, fds: list[int], printed: dict[int, bytes]) -> None:
 
 
 def _serve(path: str) -> None:
+  import gc
   import importlib
   import selectors
+
+  from gp_jax import runtime  # jax-free
+
+  gc.set_threshold(*runtime.GC_THRESHOLDS)  # the imports below allocate ~1M objects (runtime.configure_gc)
 
   # What the imports print a fresh interpreter prints too: kept, and written first by every child.
   saved = {fd: os.dup(fd) for fd in (1, 2)}
@@ -277,6 +282,7 @@ def _serve(path: str) -> None:
     os.dup2(err.fileno(), 2)
     for name in PRELOAD:
       importlib.import_module(name)
+    gc.freeze()  # every child inherits them: no collector pass of a child walks them
     sys.stdout.flush()
     sys.stderr.flush()
     for fd, f in ((1, out), (2, err)):

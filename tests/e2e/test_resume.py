@@ -134,7 +134,7 @@ def test_resume_when_best_holds_a_newer_step(tmp_path):
   from gp_jax import checkpoint as ckpt_lib
 
   overrides = dict(num_train_steps=12, checkpoint_every_steps=4, eval_every_steps=12, **{"optimizer.lr": 1e-2})
-  train.train_and_evaluate(ht.tiny_config(**{**overrides, "num_train_steps": 8}), str(tmp_path))
+  ht.train_in_child([(str(tmp_path), {**overrides, "num_train_steps": 8})])
   step, state = ht.restore_state(str(tmp_path))
   assert step == 8
   best = ckpt_lib.make_manager(os.path.join(tmp_path, "best"), keep=1, best=True)
@@ -146,7 +146,7 @@ def test_resume_when_best_holds_a_newer_step(tmp_path):
   best.wait_until_finished()
   best.close()
 
-  summary = train.train_and_evaluate(ht.tiny_config(**overrides), str(tmp_path))
+  summary, = ht.train_in_child([(str(tmp_path), overrides)])
   assert summary["status"] == "finished" and summary["steps"] == 12
   assert summary["best_step"] == 12 and summary["best_dev_f1"] > 0.01
   step, params = ht.restore_state(str(tmp_path), sub="best")

@@ -79,8 +79,8 @@ def test_learns_synthetic_task(trained_workdir):
 
 
 def test_efficient_head_trains(tmp_path):
-  config = ht.tiny_config(num_train_steps=100, **{"model.head": "efficient", "optimizer.lr": 1e-2})
-  summary = train.train_and_evaluate(config, str(tmp_path))
+  summary, = ht.train_in_child([(str(tmp_path), {"num_train_steps": 100, "model.head": "efficient",
+                                                 "optimizer.lr": 1e-2})])
   assert summary["parameters"] > 0
   assert summary["dev"]["f1"] >= 0.9, summary["dev"]
   with open(os.path.join(tmp_path, "config.json")) as f:
@@ -108,8 +108,8 @@ def test_dense_zlpr_matches_sparse_first_step():
 def test_tagger_baselines_train_end_to_end(tmp_path, head, steps):
   """Tagger heads on the nested synthetic task: one tag layer (outermost wins); the nested gold spans it cannot
   hold stay in the gold set, so recall is honestly capped."""
-  config = ht.tiny_config(num_train_steps=steps, **{"model.head": head, "optimizer.lr": 1e-2, "log_every_steps": 50})
-  summary = train.train_and_evaluate(config, str(tmp_path))
+  summary, = ht.train_in_child([(str(tmp_path), {"num_train_steps": steps, "model.head": head, "optimizer.lr": 1e-2,
+                                                 "log_every_steps": 50})])
   assert summary["status"] == "finished"
   dev = summary["dev"]
   assert dev["gold"] == summary["split_stats"]["dev"]["entities"]  # nothing dropped from gold
@@ -121,10 +121,11 @@ def test_tagger_baselines_train_end_to_end(tmp_path, head, steps):
 
 def test_early_stop_on_dev_plateau_and_resume_stays_stopped(tmp_path):
   # lr 0: dev F1 never changes after the first evaluation, so patience 2 stops at epoch 3 of 6.
-  config = ht.tiny_config(num_epochs=6.0, early_stop_patience=2, eval_every_steps=0,
-                          **{"optimizer.lr": 0.0, "optimizer.head_lr": 0.0})
+  overrides = {"num_epochs": 6.0, "early_stop_patience": 2, "eval_every_steps": 0, "optimizer.lr": 0.0,
+               "optimizer.head_lr": 0.0}
   workdir = str(tmp_path / "w")
-  summary = train.train_and_evaluate(config, workdir)
+  # The second run resumes at the stop and trains no further.
+  summary, again = ht.train_in_child([(workdir, overrides), (workdir, overrides)])
   per_epoch = summary["dev_history"][0]["step"]
   assert [h["epoch"] for h in summary["dev_history"]] == [1.0, 2.0, 3.0]
   assert summary["status"] == "finished" and summary["stopped_early"]
@@ -132,6 +133,5 @@ def test_early_stop_on_dev_plateau_and_resume_stays_stopped(tmp_path):
   assert [h["step"] for h in summary["dev_history"]] == [per_epoch, 2 * per_epoch, 3 * per_epoch]
   assert summary["best_step"] == per_epoch
   assert summary["head_kind"] == "span" and summary["length_buckets"][-1] == "9+"
-  again = train.train_and_evaluate(config, workdir)  # resumes at the stop and trains no further
   assert again["steps"] == 3 * per_epoch and again["stopped_early"]
   assert [h["step"] for h in again["dev_history"]] == [per_epoch, 2 * per_epoch, 3 * per_epoch]

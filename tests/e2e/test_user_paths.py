@@ -51,11 +51,10 @@ def _tiny_bert_dir(directory):
 
 def test_init_from_starts_from_the_other_runs_parameters(tmp_path):
   src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
-  train.train_and_evaluate(ht.tiny_config(num_train_steps=40, **{"optimizer.lr": 1e-2}), src)
-  # A zero learning rate and no weight decay: the one step leaves the initial parameters as they are.
-  summary = train.train_and_evaluate(ht.tiny_config(
-      num_train_steps=1, init_from=src, **{"optimizer.lr": 0.0, "optimizer.warmup_steps": 0,
-                                            "optimizer.weight_decay": 0.0}), dst)
+  # A zero learning rate and no weight decay: dst's one step leaves the initial parameters as they are.
+  _, summary = ht.train_in_child([(src, {"num_train_steps": 40, "optimizer.lr": 1e-2}),
+                                  (dst, {"num_train_steps": 1, "init_from": src, "optimizer.lr": 0.0,
+                                         "optimizer.warmup_steps": 0, "optimizer.weight_decay": 0.0})])
   _, want = ht.restore_state(src, sub="best")
   _, got = ht.restore_state(dst, sub="best")
   for k, v in ht.flat(want).items():
