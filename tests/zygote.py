@@ -26,7 +26,7 @@ import tempfile
 import weakref
 
 MODULES = ("gp_jax.main", "gp_jax.predict", "gp_jax.export", "tests.fault_main", "tests.helpers_train",
-           "tests.zygote_probe")
+           "tests.zygote_probe", "tests.e2e.test_su2022_train")
 PRELOAD = ("gp_jax.train", "gp_jax.serving")  # libraries only: the entry modules define flags when run
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PER_CHILD = ("XLA_FLAGS", "PYTEST_CURRENT_TEST")
@@ -67,7 +67,6 @@ class _Zygote:
 
 
 _zygotes: dict[tuple, _Zygote] = {}  # least recently used first
-_requests: dict[tuple, int] = {}
 _PID = struct.Struct("q")
 _STATUS = struct.Struct("qd")  # wait status, the child's CPU seconds
 # CPU seconds of this process's zygotes (their imports) and of the children they forked and reaped: the zygote, not
@@ -85,14 +84,11 @@ def _key(env: dict) -> tuple:
 
 
 def _zygote_for(env: dict) -> _Zygote | None:
-  """The zygote for `env`, started at its second request (a one-off environment is not worth one); None before that,
-  and when `_MAX_ZYGOTES` run and each has a child running."""
+  """The zygote for `env`, started at its first request (its imports cost what a plain child's would, and a second
+  request forks from them); None when `_MAX_ZYGOTES` run and each has a child running."""
   key = _key(env)
   zygote = _zygotes.pop(key, None)
   if zygote is None:
-    _requests[key] = _requests.get(key, 0) + 1
-    if _requests[key] < 2:
-      return None
     while len(_zygotes) >= _MAX_ZYGOTES:
       idle = next((k for k, z in _zygotes.items() if not z.busy()), None)
       if idle is None:

@@ -9,6 +9,7 @@ import sys
 from gp_jax import train
 from launch import sweep
 from tests import helpers_train as ht
+from tests import zygote
 
 CHARS = "小儿肺炎支原体感染发热三天咳嗽无明显诱因出现腹痛头"
 TEXTS = ["小儿肺炎支原体感染", "发热三天咳嗽", "无明显诱因出现腹痛", "头痛发热", "小儿咳嗽三天"]
@@ -59,9 +60,9 @@ def test_one_step_per_head_on_cblue_files(tmp_path):
   _tiny_chinese_bert(str(tmp_path / "tiny_bert"))
   n_train = _cblue_file(tmp_path / "train.json", 32)
   _cblue_file(tmp_path / "dev.json", 8)
-  run = subprocess.run([sys.executable, "-m", "tests.e2e.test_su2022_train", str(tmp_path)], cwd=ht.REPO,
-                       env=ht.subprocess_env(devices=1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=300)
+  run = zygote.run([sys.executable, "-m", "tests.e2e.test_su2022_train", str(tmp_path)], cwd=ht.REPO,
+                   env=ht.subprocess_env(devices=1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                   timeout=300)
   assert run.returncode == 0, run.stdout[-4000:]
   summaries = json.loads(run.stdout.strip().splitlines()[-1])
   for head, summary in summaries.items():
