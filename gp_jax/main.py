@@ -123,9 +123,9 @@ def _exit_now(code: int, *, finished: bool = False) -> None:
   line), logs and streams flushed. `finished` (every write done): other threads joined and atexit handlers run
   first, as the interpreter would; else (Ctrl-C, a full disk) they are not waited for."""
   if finished:
-    for thread in threading.enumerate():
-      if thread is not threading.main_thread() and not thread.daemon:
-        thread.join()
+    # The interpreter's first exit step: thread pools told to stop (an idle worker of a pool nobody shut down waits
+    # for work until then; joined first, it would never end), then every non-daemon thread joined.
+    threading._shutdown()  # pylint: disable=protected-access
     atexit._run_exitfuncs()  # pylint: disable=protected-access
   logging.shutdown()
   sys.stdout.flush()

@@ -14,6 +14,7 @@ import platform
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 
@@ -55,6 +56,9 @@ def run_child(args) -> int:
   ctx = {"shapes": shapes(args.tiny), "tiny": args.tiny, "args": args,
          "deadline": start + args.limit_s - margin if args.limit_s else math.inf,
          "previous": json.loads(prev_path.read_text()).get("stages", {}) if prev_path.exists() else {}}
+  if args.plant_hang:  # tests: a stage that never ends, which the parent stops at its limit
+    rec.flush()
+    threading.Event().wait()
   try:
     STAGE_FNS[args.stage](rec, ctx)
   except Exception as e:  # pylint: disable=broad-except
@@ -97,6 +101,7 @@ def run_stage(args, stage: str, limit: float, log) -> dict:
          f"--anchor={args.anchor}", f"--trainer_runs={args.trainer_runs}", f"--scratch_dir={args.scratch_dir}",
          f"--train_variants={args.train_variants}"]
   cmd += (["--tiny"] if args.tiny else []) + (["--plant_abort"] if args.plant_abort else [])
+  cmd += ["--plant_hang"] if args.plant_hang else []
   log.write(f"\n===== stage {stage} (limit {limit:.0f} s) {datetime.datetime.now(datetime.timezone.utc):%H:%M:%S} "
             "UTC =====\n")
   log.flush()
@@ -154,6 +159,7 @@ def main(argv=None) -> int:
   p.add_argument("--variant", default="", help=argparse.SUPPRESS)  # a train_step variant's own process
   # one side of the trainer stage's fused-vs-reference check
   p.add_argument("--kernels_child", default="", choices=("", *kernels.KERNEL_RUNS), help=argparse.SUPPRESS)
+  p.add_argument("--plant_hang", action="store_true", help=argparse.SUPPRESS)  # tests: each stage's child hangs
   p.add_argument("--plant_abort", action="store_true", help=argparse.SUPPRESS)  # tests: a variant, and both
   # sides of the fused-vs-reference check, abort
   args = p.parse_args(argv)

@@ -124,3 +124,17 @@ def test_a_killed_runs_workdir_is_taken_over_at_once(tmp_path):
   assert re.search(r"Resumed from \S+ at step 4\b", resumed.stdout), resumed.stdout[-4000:]
   assert _results(workdir)["status"] == "finished"
   assert os.listdir(parent) == ["x"]
+
+
+def test_a_finished_run_exits_though_a_thread_pool_was_never_shut_down():
+  """gp_jax.main ends without the interpreter's teardown, but as the interpreter does it first tells thread pools to
+  stop, then joins the threads: an idle worker of a pool nobody shut down (Orbax leaves some to the garbage
+  collector) would otherwise wait for work for ever."""
+  import sys
+
+  script = ("import concurrent.futures\nfrom gp_jax import main\n"
+            "pool = concurrent.futures.ThreadPoolExecutor(1)\npool.submit(print, 'worked').result()\n"
+            "main._exit_now(0, finished=True)\n")
+  out = subprocess.run([sys.executable, "-c", script], cwd=ht.REPO, env=ht.subprocess_env(devices=1),
+                       capture_output=True, text=True, timeout=60)
+  assert out.returncode == 0 and out.stdout == "worked\n", out.stderr[-2000:]
