@@ -46,15 +46,17 @@ def pytest_runtest_protocol(item, nextitem):  # pylint: disable=unused-argument
   yield
   own1, kids1 = _cpu()
   _out.write(json.dumps({"test": item.nodeid, "wall": time.perf_counter() - t0, "own": own1 - own0,
-                         "children": kids1 - kids0}) + "\n")
+                         "children": kids1 - kids0, "end": time.time()}) + "\n")
   _out.flush()
 
 
 def summary(folder: str, top: int = 40) -> str:
-  rows = [json.loads(line) for path in sorted(pathlib.Path(folder).glob("*.jsonl"))
-          for line in path.read_text(encoding="utf-8").splitlines()]
+  by_worker = {path.stem: [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+               for path in sorted(pathlib.Path(folder).glob("*.jsonl"))}
+  rows = [r for worker_rows in by_worker.values() for r in worker_rows]
   if not rows:
     return f"no records in {folder}"
+  ends = {w: max((r.get("end", 0.0) for r in worker_rows), default=0.0) for w, worker_rows in by_worker.items()}
   by_file = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])
   for r in rows:
     f = by_file[r["test"].split("::")[0]]
@@ -64,8 +66,12 @@ def summary(folder: str, top: int = 40) -> str:
     f[3] += r["children"]
   cpu = lambda r: r["own"] + r["children"]  # noqa: E731
   lines = [f"{len(rows)} tests: wall summed {sum(r['wall'] for r in rows):.0f} s, CPU {sum(map(cpu, rows)):.0f} s "
-           f"(workers {sum(r['own'] for r in rows):.0f}, children {sum(r['children'] for r in rows):.0f})", "",
-           "| file | tests | wall s | CPU s own | CPU s children |", "|---|---|---|---|---|"]
+           f"(workers {sum(r['own'] for r in rows):.0f}, children {sum(r['children'] for r in rows):.0f})"]
+  if len(ends) > 1 and all(ends.values()):  # a worker that ran out of tests early idles to the run's end
+    last = max(ends.values())
+    lines.append("last test ended, before the last worker's: " +
+                 ", ".join(f"{w} {last - t:.1f} s" for w, t in sorted(ends.items())))
+  lines += ["", "| file | tests | wall s | CPU s own | CPU s children |", "|---|---|---|---|---|"]
   for name, (n, wall, own, kids) in sorted(by_file.items(), key=lambda kv: -(kv[1][2] + kv[1][3]))[:top]:
     lines.append(f"| {name} | {n} | {wall:.1f} | {own:.1f} | {kids:.1f} |")
   lines += ["", "| test | wall s | CPU s own | CPU s children |", "|---|---|---|---|"]

@@ -2,8 +2,8 @@
 # Two commits' README test command (pytest part) alternating from an empty compilation cache, for a time ratio
 # measured in one sitting. Run it on an idle machine:
 #   bash benchmarks/suite_pairs.sh COMMIT_A COMMIT_B [ROUNDS=2] [DIR=../gp_jax_pairs]
-# Each commit gets a fresh clone and venv under DIR (DIR/shared links to ../shared: the corpus tests run); pytest output in
-# DIR/<commit>-<round>.txt; one line per run: tests, seconds, the calibration loop's CPU-s before it.
+# Each commit gets a fresh clone and venv under DIR (DIR/shared links to ../shared: the corpus tests run); pytest
+# output in DIR/<commit>-<round>.txt; one line per run: tests, seconds, the calibration loop's CPU-s before it.
 set -u
 A=${1:?commit A}; B=${2:?commit B}; ROUNDS=${3:-2}
 REPO=$(cd "$(dirname "$0")/.." && pwd)

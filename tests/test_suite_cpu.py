@@ -21,3 +21,13 @@ def test_summary_sums_by_file_and_ranks_by_cpu(tmp_path):
 
 def test_summary_of_an_empty_folder_says_so(tmp_path):
   assert suite_cpu.summary(str(tmp_path)) == f"no records in {tmp_path}"
+
+
+def test_summary_gives_how_long_each_worker_idled_at_the_end(tmp_path):
+  rows = {"gw0": [{"test": "tests/a.py::t1", "wall": 2.0, "own": 1.0, "children": 0.0, "end": 100.0},
+                  {"test": "tests/a.py::t2", "wall": 2.0, "own": 1.0, "children": 0.0, "end": 130.5}],
+          "gw1": [{"test": "tests/b.py::t1", "wall": 2.0, "own": 1.0, "children": 0.0, "end": 118.0}]}
+  for worker, records in rows.items():
+    (tmp_path / f"{worker}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+  assert suite_cpu.summary(str(tmp_path)).splitlines()[1] == (
+      "last test ended, before the last worker's: gw0 0.0 s, gw1 12.5 s")
