@@ -16,9 +16,6 @@ TEST_XLA_FLAGS = {"xla_force_host_platform_device_count": "8", **CHEAP_CODEGEN_X
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + [
     f"--{k}={v}" for k, v in TEST_XLA_FLAGS.items() if f"--{k}=" not in os.environ.get("XLA_FLAGS", "")]).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# Lowering writes each op's Python traceback into its MLIR location (XLA's op metadata: profiles, HLO dumps); the
-# tests read neither, and leaving them out takes ~9% off a lowering-heavy file's CPU (docs/benchmarks/test_suite.md).
-os.environ.setdefault("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", "false")
 # numpy's OpenBLAS starts a thread per core that spins waiting for work in every process that imports numpy
 # (~0.08 CPU-s each, ~200 processes a run); the tests' BLAS calls are small.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
