@@ -83,7 +83,8 @@ if sys.flags.dont_write_bytecode and "PYTEST_XDIST_WORKER" not in os.environ:
     compileall.compile_dir(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), _tree), quiet=1)
 
 # The collector as `gp_jax.runtime.configure()` sets it for a run (its docstring says why): rarer young passes, and
-# the objects alive after collection frozen out of every pass (`pytest_collection_finish`; docs/benchmarks/test_suite.md).
+# the objects alive after collection frozen out of every pass (`pytest_collection_finish`; docs/benchmarks/
+# test_suite.md).
 from gp_jax.runtime import GC_THRESHOLDS  # noqa: E402  (jax-free)
 
 gc.set_threshold(*GC_THRESHOLDS)
