@@ -210,8 +210,10 @@ def run(args, *, input=None, timeout=None, check=False, **kw) -> subprocess.Comp
 # The zygote's side.
 
 
-def _child(spec: dict, fds: list[int], printed: dict[int, bytes]) -> None:
-  """In the forked child: becomes `python -m MODULE ARGV` with the spec's fds, cwd and environment; never returns."""
+def _child(spec: dict, fds: list[int], printed: dict[int, bytes], gc_thresholds: tuple[int, ...]) -> None:
+  """In the forked child: becomes `python -m MODULE ARGV` with the spec's fds, cwd and environment, and the
+  interpreter's collector thresholds (`gc_thresholds`; runtime.configure sets its own); never returns."""
+  import gc
   import runpy
   import signal
   import threading
@@ -234,6 +236,7 @@ def _child(spec: dict, fds: list[int], printed: dict[int, bytes]) -> None:
     os.environ.update(spec["env"])
     sys.path[0] = spec["cwd"]
     sys.argv = [spec["module"], *spec["argv"]]
+    gc.set_threshold(*gc_thresholds)
     code = 0
     runpy.run_module(spec["module"], run_name="__main__", alter_sys=True)
   except SystemExit as e:
@@ -268,6 +271,7 @@ def _serve(path: str) -> None:
 
   from gp_jax import runtime  # jax-free
 
+  interpreter_gc_thresholds = gc.get_threshold()  # each child's, as a fresh interpreter's
   gc.set_threshold(*runtime.GC_THRESHOLDS)  # the imports below allocate ~1M objects (runtime.configure_gc)
 
   # What the imports print a fresh interpreter prints too: kept, and written first by every child.
@@ -318,7 +322,7 @@ def _serve(path: str) -> None:
           listener.close()
           for c in (*conns, conn):
             c.close()
-          _child(json.loads(msg), fds, printed)
+          _child(json.loads(msg), fds, printed, interpreter_gc_thresholds)
         for fd in fds:
           os.close(fd)
         conn.sendall(_PID.pack(pid))
