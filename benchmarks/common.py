@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import json
 import os
 import pathlib
 import platform
@@ -151,6 +152,16 @@ def alternate(fns: dict[str, Callable[[], object]], *, rounds: int, calls: int =
   watch = LoadWatch()
   timed = {name: functools.partial(median_seconds, fn, calls) for name, fn in fns.items()}
   return Rounds(in_rounds(timed, rounds, watch), watch)
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def jsonl_records(folder: str) -> dict[str, list[dict]]:
+  """The JSON lines of each `*.jsonl` file in `folder` (a process or worker each), keyed by file stem, in name order;
+  blank lines skipped."""
+  return {path.stem: [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+          for path in sorted(pathlib.Path(folder).glob("*.jsonl"))}
 
 
 # ----------------------------------------------------------------------------- machine line

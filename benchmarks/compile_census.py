@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import pathlib
 import sys
 import sysconfig
+
+from benchmarks import common
 
 HOOK_MODULE = "gp_jax_compile_census"
 HOOK = '''import importlib.abc, importlib.util, json, os, sys, threading, time
@@ -109,8 +110,7 @@ def uninstall(venv: str) -> None:
 
 
 def report(folder: str, top: int = 30) -> str:
-  rows = [json.loads(line) for path in sorted(pathlib.Path(folder).glob("*.jsonl"))
-          for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+  rows = [r for process_rows in common.jsonl_records(folder).values() for r in process_rows]
   compiles, hits = [r for r in rows if "program" in r], [r for r in rows if "hit" in r]
   if not compiles:
     return f"no compiles recorded in {folder}"

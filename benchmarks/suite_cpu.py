@@ -23,6 +23,8 @@ import time
 
 import pytest
 
+from benchmarks import common
+
 OUT_ENV = "GP_JAX_SUITE_CPU"
 _out = None
 
@@ -51,8 +53,7 @@ def pytest_runtest_protocol(item, nextitem):  # pylint: disable=unused-argument
 
 
 def summary(folder: str, top: int = 40) -> str:
-  by_worker = {path.stem: [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-               for path in sorted(pathlib.Path(folder).glob("*.jsonl"))}
+  by_worker = common.jsonl_records(folder)
   rows = [r for worker_rows in by_worker.values() for r in worker_rows]
   if not rows:
     return f"no records in {folder}"
