@@ -337,8 +337,7 @@ def test_tuned_threshold_and_ema_weights_in_a_run(tmp_path):
 
   # best/ moves to another step: the saved threshold is stale.
   mngr = ckpt_lib.make_manager(os.path.join(tmp_path, "best"), keep=1, best=True)
-  ckpt_lib.save_params(mngr, steps_n + 1, params=best, config_json=json.dumps(ht.tiny_config(**overrides).to_dict()),
-                       dev_f1=1.0)
+  ckpt_lib.save_params(mngr, steps_n + 1, params=best, config_json=(tmp_path / "config.json").read_text(), dev_f1=1.0)
   mngr.wait_until_finished()
   mngr.close()
   assert threshold_lib.tuned_threshold(str(tmp_path)) is None

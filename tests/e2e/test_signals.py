@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 
 from gp_jax import checkpoint as ckpt_lib
 from gp_jax import storage
@@ -130,8 +131,6 @@ def test_a_finished_run_exits_though_a_thread_pool_was_never_shut_down():
   """gp_jax.main ends without the interpreter's teardown, but as the interpreter does it first tells thread pools to
   stop, then joins the threads: an idle worker of a pool nobody shut down (Orbax leaves some to the garbage
   collector) would otherwise wait for work for ever."""
-  import sys
-
   script = ("import concurrent.futures\nfrom gp_jax import main\n"
             "pool = concurrent.futures.ThreadPoolExecutor(1)\npool.submit(print, 'worked').result()\n"
             "main._exit_now(0, finished=True)\n")

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from gp_jax import sharding as shd
-from gp_jax import train
 from tests import helpers_train as ht
 
 

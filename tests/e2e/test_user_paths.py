@@ -7,7 +7,6 @@ import os
 import pathlib
 import random
 import string
-import subprocess
 import sys
 
 import numpy as np
