@@ -60,17 +60,22 @@ class MetricWriter:
       self.mirror.close()  # last copy to the workdir; a gs:// run's local mirror is removed
 
 
+# Imports tensorboardX makes when installed, for what gp_jax never asks of it (the run writes its events to a local
+# folder): torch's tensor types (~1.7 s and ~300 MB), S3 and GCS writers (google.cloud.storage ~0.1-0.2 s).
+TENSORBOARDX_UNUSED = ("torch", "boto3", "google.cloud.storage")
+
+
 def summary_writer():
-  """tensorboardX's SummaryWriter, imported without torch. tensorboardX imports torch whenever it is installed (for
-  tensor types we never pass): ~1.7 s and ~300 MB in every training process of an environment that has torch."""
-  block = "torch" not in sys.modules
-  if block:
-    sys.modules["torch"] = None  # `import torch` raises ImportError, which tensorboardX handles
+  """tensorboardX's SummaryWriter, imported without the modules of `TENSORBOARDX_UNUSED` that are not imported yet
+  (each raises ImportError inside tensorboardX's import, which it handles); every training process pays its import."""
+  blocked = [name for name in TENSORBOARDX_UNUSED if name not in sys.modules]
+  for name in blocked:
+    sys.modules[name] = None
   try:
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
   finally:
-    if block:
-      del sys.modules["torch"]
+    for name in blocked:
+      del sys.modules[name]
   return SummaryWriter
 
 

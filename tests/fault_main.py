@@ -21,6 +21,7 @@ from absl import app, flags
 
 from gp_jax import main as gp_main
 from gp_jax import train
+from tests import helpers_gcs
 
 _KILL = flags.DEFINE_integer("sigkill_after_checkpoint_step", 0, "SIGKILL this process once the resume "
                              "checkpoint of this step is on disk (0 = never).")
@@ -37,19 +38,6 @@ _FSIZE_BYTES = flags.DEFINE_integer("fsize_limit_bytes", 32 << 10, "See --fsize_
 _BLOCK = flags.DEFINE_enum("block_in", "", ["", "compile", "checkpoint"], "Never finish this: 'compile' (the run's "
                            "programs, waited for on a thread pool as aot.compile_all does) or 'checkpoint' (every "
                            "resume checkpoint save). Prints 'BLOCKED in <what>' first, for tests that signal it there.")
-
-
-def scale_gcsfs_backoff(scale: float) -> None:
-  """gcsfs's retry loop (gcsfs/retry.py `retry_request`: 6 tries) sleeps `min(random() + 2**(n-1), 32)` s
-  between tries, hard-coded, with no setting. Tests scale those sleeps: the loop and what it retries stay
-  gcsfs's own."""
-  import asyncio
-  import types
-
-  from gcsfs import retry
-
-  sleep = asyncio.sleep
-  retry.asyncio = types.SimpleNamespace(sleep=lambda s: sleep(s * scale))
 
 
 def kill_before_commit(step: int) -> None:
@@ -97,7 +85,7 @@ def main(argv):
       block_in(_BLOCK.value)
 
   if _BACKOFF.value != 1.0:
-    scale_gcsfs_backoff(_BACKOFF.value)
+    helpers_gcs.scale_gcsfs_backoff(_BACKOFF.value)
   run = train.train_and_evaluate
   hooks = train.TrainHooks(after_checkpoint=after_checkpoint)
 

@@ -54,6 +54,20 @@ def emulator(*args: str):
       proc.wait()
 
 
+def scale_gcsfs_backoff(scale: float):
+  """gcsfs's retry loop (gcsfs/retry.py `retry_request`: 6 tries) sleeps `min(random() + 2**(n-1), 32)` s
+  between tries, hard-coded, with no setting. Tests scale those sleeps: the loop and what it retries stay
+  gcsfs's own. Returns a function that puts gcsfs's sleeps back."""
+  import asyncio
+  import types
+
+  from gcsfs import retry
+
+  kept, sleep = retry.asyncio, asyncio.sleep
+  retry.asyncio = types.SimpleNamespace(sleep=lambda s: sleep(s * scale))
+  return lambda: setattr(retry, "asyncio", kept)
+
+
 def set_faults(url: str, share: float, kinds: str = "503,429,drop,lost_answer", seed: int = 0, next_: int = 0) -> dict:
   """Faults on a share of requests (and on the next `next_` requests whatever the share)."""
   req = urllib.request.Request(f"{url}/_faults?share={share}&kinds={kinds}&seed={seed}&next={next_}", method="POST")

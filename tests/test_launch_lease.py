@@ -17,7 +17,7 @@ import time
 import pytest
 
 from gp_jax import lease as lease_lib
-from tests.helpers_gcs import emulator, fault_counts, set_faults
+from tests.helpers_gcs import emulator, fault_counts, scale_gcsfs_backoff, set_faults
 
 # Every test starts a process (the GCS emulator, workers, a lock or lease holder, gp_jax.main).
 pytestmark = pytest.mark.e2e
@@ -31,8 +31,13 @@ BEAT = 0.3  # heartbeat seconds in these tests; stale after 3 missed beats
 
 @pytest.fixture(scope="module")
 def gcs():
-  with emulator() as (url, env):
-    yield url, env
+  """The emulator, with this process's gcsfs retrying after 1% of its sleeps (a lost answer costs 1-2 s otherwise)."""
+  restore = scale_gcsfs_backoff(0.01)
+  try:
+    with emulator() as (url, env):
+      yield url, env
+  finally:
+    restore()
 
 
 def test_emulator_if_generation_match_and_lost_answers(gcs):

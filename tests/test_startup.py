@@ -96,16 +96,18 @@ def test_first_step_line_and_the_cache_fills(tmp_path):
 
 
 @pytest.mark.e2e
-def test_the_metric_writer_does_not_import_torch(tmp_path):
-  """tensorboardX imports torch when it is installed (this venv has it, for parity tests): the writer blocks that,
-  and the event file still holds the scalar."""
+def test_the_metric_writer_does_not_import_torch_or_cloud_writers(tmp_path):
+  """tensorboardX imports torch, boto3 and google.cloud.storage when they are installed (this venv has torch, for
+  parity tests, and google-cloud-storage): the writer blocks those it never uses, and the event file still holds the
+  scalar."""
+  unused = ("torch", "google.cloud.storage")
   code = ("import sys, importlib.util; from gp_jax import reporting, storage; "
           f"w = reporting.MetricWriter(storage.LocalMirror(storage.path({str(tmp_path)!r}))); "
           "w.write(3, 'train', {'loss': 0.5}); w.close(); "
-          "print('torch' in sys.modules, importlib.util.find_spec('torch') is not None)")
+          f"print(*[(m in sys.modules, importlib.util.find_spec(m) is not None) for m in {unused!r}])")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=helpers_train.subprocess_env(1), timeout=120)
   assert out.returncode == 0, out.stderr[-2000:]
-  assert out.stdout.split() == ["False", "True"]  # installed, not imported
+  assert out.stdout.split() == ["(False,", "True)"] * len(unused)  # installed, not imported
   (event,) = (tmp_path / "tb").iterdir()
   assert b"train/loss" in event.read_bytes()
