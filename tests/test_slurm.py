@@ -4,7 +4,7 @@ installed when missing and the tests run as root; otherwise the cluster's tests 
 Every scenario the selected tests need is submitted when the first of them starts, so the scheduler runs them side
 by side (most of their time is SLURM's own: a requeued task starts again ~6 s later, the time-limit signal comes
 within ~30 s); a thread signals the held points as soon as they hold, and the failing, queue and two-task scenarios
-start once the reference has compiled (`Later`); each test then checks its own. Orchestration uses a stand-in runner
+start once the held points have ended, in the time-limit scenario's wait (`Later`); each test then checks its own. Orchestration uses a stand-in runner
 (no JAX); the trainer's tests (e2e) train experiments/synthetic.py, tiny:
 - a 2-point sweep as one array (1 process x 2 CPU devices per point) finishes; status and launch.report read it, and
   so does the --report job, which runs once the array has ended;
@@ -279,13 +279,13 @@ def start_reference(tmp):
 
 
 class Later(threading.Thread):
-  """Submits a scenario and drives it (`body(self)`) in a thread: at once, or with `after_reference` once the
-  reference's points have compiled their programs (so that it does not slow the reference's start-up and compile).
-  What went wrong is kept for the test to raise."""
+  """Submits a scenario and drives it (`body(self)`) in a thread: at once, or with `delayed` once the held points
+  have ended (their scenario selected) or else once the reference's points have compiled their programs (so that it
+  does not slow those scenarios' start-up and compile). What went wrong is kept for the test to raise."""
 
-  def __init__(self, tmp, body, after_reference: bool):
+  def __init__(self, tmp, body, delayed: bool):
     super().__init__(daemon=True, name="slurm-scenario")
-    self.tmp, self.body, self.after_reference = tmp, body, after_reference
+    self.tmp, self.body, self.delayed = tmp, body, delayed
     self.stop, self.error, self.high, self.seen = threading.Event(), None, None, None
 
   def wait_text(self, path: str, text: str, tracker: Tracker | None = None) -> None:
@@ -296,16 +296,27 @@ class Later(threading.Thread):
       return self.stop.is_set() or text in read(path)
 
     wait_for(ready, f"{text!r} in {path}")
+    self._go_on()
+
+  def _go_on(self) -> None:
     if self.stop.is_set():
       raise RuntimeError("stopped: the module's scenarios ended")
 
+  def _wait_for_the_held_points_or_the_reference(self) -> None:
+    held, reference = LATER.get(str(self.tmp / "interrupted")), self.tmp / "reference"
+    if held is not None:
+      while held.is_alive() and not self.stop.is_set():
+        held.join(0.5)
+      self._go_on()
+    elif os.path.isdir(folder_of(reference)):  # submitted first when a test reads it
+      ref = last_submission(reference)
+      for i in range(len(ref["points"])):
+        self.wait_text(log_of(ref, i), " s of compile summed")  # aot's line once every program compiled
+
   def run(self):
     try:
-      reference = self.tmp / "reference"
-      if self.after_reference and os.path.isdir(folder_of(reference)):  # submitted first when a test reads it
-        ref = last_submission(reference)
-        for i in range(len(ref["points"])):
-          self.wait_text(log_of(ref, i), " s of compile summed")  # aot's line once every program compiled
+      if self.delayed:
+        self._wait_for_the_held_points_or_the_reference()
       self.body(self)
     except BaseException as e:  # pylint: disable=broad-except  (raised again by the test)
       self.error = e
@@ -314,9 +325,9 @@ class Later(threading.Thread):
 LATER: dict[str, Later] = {}  # workdir -> its thread
 
 
-def later(tmp, name: str, body, *, after_reference: bool = False):
+def later(tmp, name: str, body, *, delayed: bool = False):
   workdir = tmp / name
-  LATER[str(workdir)] = Later(tmp, body, after_reference)
+  LATER[str(workdir)] = Later(tmp, body, delayed)
   LATER[str(workdir)].start()
   return workdir
 
@@ -358,13 +369,16 @@ def two_tasks(thread: Later) -> None:
          *ht.flag_args(**OVERRIDES))
 
 
-# The stand-ins' failing and queue scenarios and the two-task point start once the reference has compiled (it is on
-# the path of the first test that waits); the held points at once (theirs is the longest path).
+# The reference and the held points start at once (theirs are the paths of the first tests that wait), the time
+# limit too: SLURM looks at time limits every 30 s (slurmctld's PERIODIC_TIMEOUT), so its point gets USR1 ~30 s after
+# the cluster started and the module waits on it for ~35 s. The two-task point and the stand-ins' failing and queue
+# scenarios start once the held points have ended: their work fills that wait instead of slowing the scenarios before
+# it (their tests come after the time limit's). Insertion order matters: "interrupted" before the delayed ones.
 START = {"time_limit": start_time_limit, "reference": start_reference,
-         "failing": lambda tmp: later(tmp, "failing", lambda _: start_failing(tmp), after_reference=True),
-         "queue": lambda tmp: later(tmp, "queue", lambda _: start_queue(tmp), after_reference=True),
          "interrupted": lambda tmp: later(tmp, "interrupted", interrupt),
-         "two_tasks": lambda tmp: later(tmp, "two_tasks", two_tasks, after_reference=True)}
+         "failing": lambda tmp: later(tmp, "failing", lambda _: start_failing(tmp), delayed=True),
+         "queue": lambda tmp: later(tmp, "queue", lambda _: start_queue(tmp), delayed=True),
+         "two_tasks": lambda tmp: later(tmp, "two_tasks", two_tasks, delayed=True)}
 NEEDS = {  # test -> the scenarios it reads
     "test_a_sweep_as_one_array_finishes_and_report_reads_it": ("reference",),
     "test_requeue_and_preemption_save_at_the_signal_and_resume_bit_identical": ("reference", "interrupted"),
@@ -499,25 +513,6 @@ def test_requeue_and_preemption_save_at_the_signal_and_resume_bit_identical(scen
   assert high
 
 
-@pytest.mark.e2e
-def test_two_tasks_under_srun_match_one_process_with_two_devices(scenarios):
-  reference, workdir = scenarios["reference"], scenarios["two_tasks"]
-  submitted(workdir)
-  assert track(workdir, [STANDARD])[STANDARD][-1] == "finished", read(log_of(last_submission(workdir)))[-4000:]
-  track(reference, [STANDARD])
-  log = read(log_of(last_submission(workdir)))
-  assert "Distributed: process 0 of 2, 1 local / 2 global devices" in log, log[-4000:]
-  _, multi = ht.restore_state(os.path.join(workdir, STANDARD))
-  _, single = ht.restore_state(os.path.join(reference, STANDARD))
-  pm, ps = ht.flat(multi["params"]), ht.flat(single["params"])
-  assert pm.keys() == ps.keys()
-  for k in ps:
-    np.testing.assert_allclose(pm[k], ps[k], rtol=1e-5, atol=1e-7, err_msg=k)
-  results = [json.loads(read(os.path.join(w, STANDARD, "results.json"))) for w in (workdir, reference)]
-  assert results[0]["dev"]["gold"] == results[1]["dev"]["gold"] > 0
-  assert abs(results[0]["dev"]["f1"] - results[1]["dev"]["f1"]) < 1e-6
-
-
 def test_time_limit_signal_requeues_and_finishes(scenarios):
   workdir = scenarios["time_limit"]
   point = "block/mode=block,x=0"
@@ -535,6 +530,25 @@ def test_time_limit_signal_requeues_and_finishes(scenarios):
   assert "stand-in block, attempt 2" in log, log
   with open(os.path.join(workdir, point, "results.json")) as f:
     assert json.load(f)["status"] == "finished"
+
+
+@pytest.mark.e2e
+def test_two_tasks_under_srun_match_one_process_with_two_devices(scenarios):
+  reference, workdir = scenarios["reference"], scenarios["two_tasks"]
+  submitted(workdir)
+  assert track(workdir, [STANDARD])[STANDARD][-1] == "finished", read(log_of(last_submission(workdir)))[-4000:]
+  track(reference, [STANDARD])
+  log = read(log_of(last_submission(workdir)))
+  assert "Distributed: process 0 of 2, 1 local / 2 global devices" in log, log[-4000:]
+  _, multi = ht.restore_state(os.path.join(workdir, STANDARD))
+  _, single = ht.restore_state(os.path.join(reference, STANDARD))
+  pm, ps = ht.flat(multi["params"]), ht.flat(single["params"])
+  assert pm.keys() == ps.keys()
+  for k in ps:
+    np.testing.assert_allclose(pm[k], ps[k], rtol=1e-5, atol=1e-7, err_msg=k)
+  results = [json.loads(read(os.path.join(w, STANDARD, "results.json"))) for w in (workdir, reference)]
+  assert results[0]["dev"]["gold"] == results[1]["dev"]["gold"] > 0
+  assert abs(results[0]["dev"]["f1"] - results[1]["dev"]["f1"]) < 1e-6
 
 
 def test_a_point_failing_twice_is_marked_failed_with_its_log_tail(scenarios):
