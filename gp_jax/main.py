@@ -105,10 +105,12 @@ def main(argv):
     if full is None:
       raise
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # Orbax's failed writes, logged again at teardown
-    sys.stderr.flush()  # the failed save's threads may have printed a partial line: ours starts a new one
-    print(f"\nerror: storage full: {full}. {_last_checkpoint(_WORKDIR.value)}", file=sys.stderr, flush=True)
-    # No interpreter teardown: the failed save's background threads would print "Event loop is closed"
-    # tracebacks after the one line (seen under load). Every write that could still succeed is done.
+    line = f"error: storage full: {full}. {_last_checkpoint(_WORKDIR.value)}"
+    # The failed save's background threads go on printing "Event loop is closed" tracebacks (under load, after any
+    # line of ours too): from here stderr takes the one line only. No interpreter teardown either; every write that
+    # could still succeed is done.
+    stderr = _stderr_to_devnull()
+    os.write(stderr, f"\n{line}\n".encode())  # the threads may have left a partial line: ours starts a new one
     _exit_now(2)
   code = 0
   if summary.get("signal") == "SIGINT":
@@ -131,6 +133,17 @@ def _exit_now(code: int, *, finished: bool = False) -> None:
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(code)
+
+
+def _stderr_to_devnull() -> int:
+  """Points fd 2 and sys.stderr (every thread's, Python's and C++'s) at /dev/null; returns a descriptor of what fd 2
+  was, for the process's last words."""
+  sys.stderr.flush()
+  kept, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+  os.dup2(devnull, 2)
+  os.close(devnull)
+  sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (the process ends next)
+  return kept
 
 
 def _last_checkpoint(workdir) -> str:

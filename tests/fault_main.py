@@ -2,7 +2,7 @@
 
   python -m tests.fault_main --config=... --workdir=... [--reference_workdir=DIR] [--sigkill_after_checkpoint_step=N]
       [--sigkill_before_commit_step=N] [--gcsfs_backoff_scale=S] [--fsize_limit_after_checkpoint_step=N]
-      [--block_in=compile|checkpoint] [--config.k=v ...]
+      [--block_in=compile|checkpoint] [--stderr_noise] [--config.k=v ...]
 
 Runs `gp_jax.main.main` (so its error handling, its one-line errors and its workdir lock and lease are the ones
 tested) with `train.TrainHooks`. A run that SIGKILLs itself holds the workdir as any run does: the restart that
@@ -12,10 +12,13 @@ without a process of its own (its programs are then compiled once for both runs)
 """
 
 import concurrent.futures
+import logging
 import os
 import resource
 import signal
+import sys
 import threading
+import time
 
 from absl import app, flags
 
@@ -35,6 +38,9 @@ _FSIZE_STEP = flags.DEFINE_integer("fsize_limit_after_checkpoint_step", 0, "Once
                                    "step is on disk, no file may grow past --fsize_limit_bytes (RLIMIT_FSIZE; "
                                    "writes fail with EFBIG, as on a full disk).")
 _FSIZE_BYTES = flags.DEFINE_integer("fsize_limit_bytes", 32 << 10, "See --fsize_limit_after_checkpoint_step.")
+_NOISE = flags.DEFINE_bool("stderr_noise", False, "With --fsize_limit_after_checkpoint_step: from the limit on, "
+                            "stderr is written to by a thread every millisecond and at logging's shutdown "
+                            "(`stderr_noise`).")
 _BLOCK = flags.DEFINE_enum("block_in", "", ["", "compile", "checkpoint"], "Never finish this: 'compile' (the run's "
                            "programs, waited for on a thread pool as aot.compile_all does) or 'checkpoint' (every "
                            "resume checkpoint save). Prints 'BLOCKED in <what>' first, for tests that signal it there.")
@@ -70,6 +76,34 @@ def block_in(what: str) -> None:
     ckpt_lib.save = never
 
 
+class _CloseWriter(logging.Handler):
+  """Writes to stderr when logging shuts down (gp_jax.main's exit): what a thread printing just then would show."""
+
+  def emit(self, record):
+    pass
+
+  def close(self):
+    _noise_line()
+    super().close()
+
+
+def _noise_line() -> None:
+  print("RuntimeError: Event loop is closed (planted)", file=sys.stderr, flush=True)
+  os.write(2, b"RuntimeError: Event loop is closed (planted, fd 2)\n")
+
+
+def stderr_noise() -> None:
+  """Stderr written to, as a failed save's threads print 'Event loop is closed' tracebacks until the process ends,
+  both ways they do (Python's sys.stderr, the C++ side's fd 2): by a daemon thread, and at logging's shutdown."""
+  def noise():
+    while True:
+      _noise_line()
+      time.sleep(0.001)
+
+  threading.Thread(target=noise, daemon=True, name="stderr-noise").start()
+  logging.getLogger().addHandler(_CloseWriter())
+
+
 def main(argv):
   def after_checkpoint(step):
     if _KILL.value and step == _KILL.value:
@@ -77,6 +111,8 @@ def main(argv):
     if _FSIZE_STEP.value and step == _FSIZE_STEP.value:
       signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal's default: dying
       resource.setrlimit(resource.RLIMIT_FSIZE, (_FSIZE_BYTES.value, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+      if _NOISE.value:
+        stderr_noise()
 
   def arm():
     if _KILL_COMMIT.value:
