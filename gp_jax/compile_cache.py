@@ -25,9 +25,9 @@ log = logging.getLogger(__name__)
 CACHE_ENV = "GP_JAX_COMPILATION_CACHE"
 CACHE_OFF = ("", "off", "0", "false", "none")
 MIN_COMPILE_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
-# Persist programs that took at least this long to compile: every train/eval step a run compiles ahead, on hosts that
-# compile far faster than the project's CPU machine too, but not the eager ops (docs/benchmarks/compile_cache.md).
-CACHE_MIN_COMPILE_SECONDS = 0.1
+# Persist every program, the eager ops of parameter init too: each costs a fresh process ~25 ms to compile and ~1 ms
+# to read back (docs/benchmarks/compile_cache.md: a warm msra_scratch:quick run 0.8 s sooner than at 0.1 s).
+CACHE_MIN_COMPILE_SECONDS = 0.0
 # XLA caches kept beside jax's entries: the per-fusion autotune results only, one file per fusion written by atomic
 # rename. Not the kernel cache file: one file shared by every program, rewritten whole on each compile, and a compile
 # fails outright on a damaged copy (docs/benchmarks/compile_cache.md). Names only xla_gpu_* options: no-op on CPU/TPU.
