@@ -349,10 +349,10 @@ def test_variant_table():
 def test_a_stage_past_its_limit_reports_timeout(tmp_path):
   """A stage whose child never ends (planted: a fast machine may finish a tiny stage within the limit) is stopped
   at its limit and reported as a timeout."""
-  proc = _run(tmp_path, "--budget_s=3", "--stages=precision", "--plant_hang", timeout=120)
+  proc = _run(tmp_path, "--budget_s=1", "--stages=precision", "--plant_hang", timeout=120)
   assert proc.returncode == 0, proc.stderr[-2000:]
   stage = json.loads((tmp_path / "device_check.json").read_text())["stages"]["precision"]
-  assert stage["status"] == "timeout" and stage["limit_s"] <= 3.1
+  assert stage["status"] == "timeout" and stage["limit_s"] <= 1.1
   assert "what it had measured is kept" in stage["why"]
 
 
