@@ -4,8 +4,8 @@ installed when missing and the tests run as root; otherwise the cluster's tests 
 Every scenario the selected tests need is submitted when the first of them starts, so the scheduler runs them side
 by side (most of their time is SLURM's own: a requeued task starts again ~6 s later, the time-limit signal comes
 within ~30 s); a thread signals the held points as soon as they hold, and the failing, queue and two-task scenarios
-start once the held points have ended, in the time-limit scenario's wait (`Later`); each test then checks its own. Orchestration uses a stand-in runner
-(no JAX); the trainer's tests (e2e) train experiments/synthetic.py, tiny:
+start once the held points have ended, in the time-limit scenario's wait (`Later`); each test then checks its own.
+Orchestration uses a stand-in runner (no JAX); the trainer's tests (e2e) train experiments/synthetic.py, tiny:
 - a 2-point sweep as one array (1 process x 2 CPU devices per point) finishes; status and launch.report read it, and
   so does the --report job, which runs once the array has ended;
 - `scontrol requeue` of one point and a partition-priority preemption of the other, each while the point is held
