@@ -168,7 +168,7 @@ def test_config_checks_fail_early_with_one_line(tmp_path):
   # Reusing a workdir with another model fails with the changed keys, unless allowed: through gp_jax.main, one line
   # and exit 2, saying both ways on.
   workdir = str(tmp_path / "c")
-  train.train_and_evaluate(ht.tiny_config(num_train_steps=2), workdir)
+  ht.train_in_child([(workdir, {"num_train_steps": 2})])  # one device: half the CPU of this process's eight
   with pytest.raises(UserError, match=r"1 changed keys: model.head_size: 16 -> 8\)"):
     train.train_and_evaluate(ht.tiny_config(num_train_steps=2, **{"model.head_size": 8}), workdir)
   out = zygote.run(ht.main_command(workdir, num_train_steps=2, **{"model.head_size": 8}), cwd=ht.REPO,
@@ -178,9 +178,8 @@ def test_config_checks_fail_early_with_one_line(tmp_path):
   assert len(err) == 1 and "model.head_size: 16 -> 8" in err[0], out.stderr[-3000:]
   assert "--config.allow_config_change=True" in err[0] and "another --workdir" in err[0]
   # Where files live may differ between hosts; and the check can be switched off.
-  train.train_and_evaluate(ht.tiny_config(num_train_steps=2, **{"data.tfds_dir": str(tmp_path / "elsewhere")}), workdir)
-  summary = train.train_and_evaluate(ht.tiny_config(num_train_steps=3, allow_config_change=True,
-                                                    **{"optimizer.lr": 0.5}), workdir)
+  _, summary = ht.train_in_child([(workdir, {"num_train_steps": 2, "data.tfds_dir": str(tmp_path / "elsewhere")}),
+                                  (workdir, {"num_train_steps": 3, "allow_config_change": True, "optimizer.lr": 0.5})])
   assert summary["steps"] == 3
 
 
