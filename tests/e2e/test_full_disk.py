@@ -4,7 +4,6 @@ last one on stderr whatever other threads print meanwhile, and that checkpoint r
 
 import json
 import os
-import subprocess
 
 import numpy as np
 
