@@ -81,6 +81,9 @@ import sys  # noqa: E402
 if sys.flags.dont_write_bytecode and "PYTEST_XDIST_WORKER" not in os.environ:
   for _tree in ("gp_jax", "launch", "benchmarks", "tests"):
     compileall.compile_dir(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), _tree), quiet=1)
+# pytest keeps its assertion-rewritten test modules in __pycache__ only where bytecode may be written: without them
+# each xdist worker rewrites ~220 modules at every collection (~1.7 CPU-s). The children keep the variable.
+sys.dont_write_bytecode = False
 
 # The collector as `gp_jax.runtime.configure()` sets it for a run (its docstring says why): rarer young passes, and
 # the objects alive after collection frozen out of every pass (`pytest_collection_finish`; docs/benchmarks/

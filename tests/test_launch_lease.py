@@ -145,9 +145,9 @@ def _run_pool(root: str, tmp_path, extra_env: dict) -> None:
   _wait_line(victim, "STANDIN START")  # w0 holds a point mid-run
   others = [_worker(root, exp, f"w{i}", env) for i in (1, 2, 3)]
   time.sleep(0.3)
+  killed_at = time.time()  # before the kill: a claimer may see the zombie before wait() returns here
   victim.kill()
   victim.wait()
-  killed_at = time.time()
   restarted = _worker(root, exp, "w0-restarted", env)
   outs, procs = [], [*others, restarted]
   try:
