@@ -25,7 +25,7 @@ from gp_jax import sharding as shd
 from gp_jax import steps as steps_lib
 from gp_jax.data import batching, corpora, sources
 from gp_jax.errors import UserError
-from gp_jax.models import pretrained as pretrained_lib
+from gp_jax.models import locate
 from gp_jax.ops import pallas_zlpr
 from gp_jax.optim import make_optimizer
 
@@ -43,11 +43,11 @@ TOTAL_STEPS = 10_000  # the schedule's length only sets constants in the step
 def encoder_config_json(pretrained: str) -> dict:
   """A pretrained encoder's config.json and nothing else: a folder (config.json alone is enough), gs://, minilm, or
   a hub id (the HF cache, else that one file is downloaded)."""
-  kind, arg = pretrained_lib._parse(pretrained)  # pylint: disable=protected-access
+  kind, arg = locate.parse_name(pretrained)
   if kind == "hub":
     path = hf_hub_download(arg[0], "config.json", revision=arg[1])
   elif kind == "minilm":
-    path = pretrained_lib.minilm_l6_path() / "config.json"
+    path = locate.minilm_l6_path() / "config.json"
   elif kind == "url":
     return json.loads((epath.Path(arg) / "config.json").read_text())
   else:

@@ -1,6 +1,7 @@
 """launch.compile for GPUs: the trainer's steps compiled with XLA:GPU for an H100 / H200 target config on this CPU
 machine (jax's CUDA plugin from `--install_gpu_compiler`, no GPU, no CUDA libraries)."""
 
+import json
 import os
 import re
 import subprocess
@@ -55,6 +56,23 @@ def test_the_gpu_compiler_lives_outside_the_environment(monkeypatch, tmp_path):
 
 @pytest.mark.e2e  # compiles with XLA:GPU
 @needs_gpu_compiler
+def test_a_pretrained_encoder_is_read_from_its_config_json_alone(tmp_path):
+  """What the tool reads of `model.pretrained` (a folder here): config.json, nothing else; the tokenizer is a
+  stand-in of its vocabulary."""
+  from gp_jax.configs.args import build_config
+
+  hf = {"model_type": "bert", "num_hidden_layers": 3, "hidden_size": 48, "vocab_size": 321, "pad_token_id": 5}
+  (tmp_path / "config.json").write_text(json.dumps(hf))
+  config = build_config(os.path.join(REPO, "experiments", "su2022.py") + ":dataset=cluener2020")
+  config.model.pretrained = str(tmp_path)
+  tokenizer, got, note = compiler_lib.stand_ins(config, scratch_vocab=100)
+  assert got == hf and note == f"encoder {tmp_path} (config.json: 3 layers, width 48, vocabulary 321)"
+  assert (tokenizer.vocab_size, tokenizer.pad_token_id) == (321, 5)
+  config.model.pretrained = str(tmp_path / "elsewhere")
+  with pytest.raises(FileNotFoundError):
+    compiler_lib.stand_ins(config, scratch_vocab=100)
+
+
 def test_tiny_steps_compile_for_h100_with_memory_against_the_allocator(tmp_path):
   from benchmarks import hlo_traffic
 

@@ -99,7 +99,7 @@ def source(name_or_path: str | os.PathLike) -> dict:
 
   Only an unpinned hub id needs a look-up (its commit), and it downloads nothing."""
   name = os.fspath(name_or_path)
-  kind, arg = _parse(name)
+  kind, arg = parse_name(name)
   if kind != "hub":
     return _identity(kind, arg)
   repo_id, revision = arg
@@ -130,8 +130,9 @@ def encoder_config(name_or_path: str | os.PathLike) -> dict:
     return json.load(f)
 
 
-def _parse(name: str) -> tuple[str, Any]:
-  """("minilm", None) | ("url", url) | ("local", absolute path) | ("hub", (repo_id, revision or None))."""
+def parse_name(name: str) -> tuple[str, Any]:
+  """What `model.pretrained` names, without reading it: ("minilm", None) | ("url", url) | ("local", absolute
+  path) | ("hub", (repo_id, revision or None))."""
   if name == "minilm":
     return "minilm", None
   if "://" in name:
@@ -150,7 +151,7 @@ def _identity(kind: str, arg: Any) -> dict:
 
 
 def _resolve(name: str) -> Resolved:
-  kind, arg = _parse(name)
+  kind, arg = parse_name(name)
   if kind == "hub":
     key = _hub_key(*arg)
     if key not in _RESOLVED:
