@@ -1,8 +1,9 @@
 """Every `module.name` the repo's code reads of one of its own modules (bound by `import a.b as m` or `from a import
-m`) names something that module defines: a top-level def, class, assignment or import, or a submodule. A name that
-moves to another module without its readers (launch.compile read `pretrained._parse` after it moved to
-models.locate) fails here, before a user reaches the line. AST only: nothing is imported. Modules with a module-level
-`__getattr__` or a star import accept any name."""
+m`), and every name it imports from one (`from a.b import name`, in a function body too), is something that module
+defines: a top-level def, class, assignment or import, or a submodule. A name that moves to another module without
+its readers (launch.compile read `pretrained._parse` after it moved to models.locate) fails here, before a user
+reaches the line. AST only: nothing is imported. Modules with a module-level `__getattr__` or a star import accept
+any name."""
 
 from __future__ import annotations
 
@@ -84,13 +85,19 @@ def unresolved(sources: dict[str, tuple[str, bool]], importers: dict[str, tuple[
     tree = trees.get(module) or ast.parse(source)
     aliases = module_aliases(tree, module, is_init, known)
     for node in ast.walk(tree):
+      if isinstance(node, ast.ImportFrom):  # deferred ones too: they fail only when their function runs
+        base = _resolve(module, is_init, node.module or "", node.level)
+        names = defined.get(base)
+        for a in node.names if names is not None else ():
+          if a.name != "*" and a.name not in names and f"{base}.{a.name}" not in known:
+            found.append((module, node.lineno, f"from {base} import {a.name} ({base} has no {a.name})"))
       if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
         target = aliases[node.value.id]
         names = defined[target]
         if (names is not None and node.attr not in names | MODULE_ATTRIBUTES
             and f"{target}.{node.attr}" not in known):
-          found.append(f"{module}:{node.lineno} {node.value.id}.{node.attr} ({target} has no {node.attr})")
-  return found
+          found.append((module, node.lineno, f"{node.value.id}.{node.attr} ({target} has no {node.attr})"))
+  return [f"{module}:{line} {what}" for module, line, what in sorted(found)]
 
 
 def _importer_sources() -> dict[str, tuple[str, bool]]:
@@ -103,13 +110,15 @@ def _importer_sources() -> dict[str, tuple[str, bool]]:
 
 
 def test_a_moved_name_is_found():
-  sources = {"pkg.locate": ("def parse_name(n):\n  return n\n", False),
+  sources = {"pkg.locate": ("def parse_name(n):\n  return n\n\nresolve = parse_name\n", False),
              "pkg.pretrained": ("from pkg.locate import resolve\nif True:\n  X = 1\n", False),
              "pkg.lazy": ("def __getattr__(name):\n  return name\n", False),
              "pkg": ("", True), "pkg.sub": ("", True), "pkg.sub.leaf": ("", False),
              "app.compiler": ("from pkg import pretrained as p, lazy, sub\nimport pkg.locate as loc\n"
-                              "p._parse('x'); p.resolve; p.X; lazy.anything; sub.leaf; loc.parse_name\n", False)}
-  assert unresolved(sources, sources) == ["app.compiler:3 p._parse (pkg.pretrained has no _parse)"]
+                              "p._parse('x'); p.resolve; p.X; lazy.anything; sub.leaf; loc.parse_name\n"
+                              "def f():\n  from pkg.locate import _parse, parse_name\n", False)}
+  assert unresolved(sources, sources) == ["app.compiler:3 p._parse (pkg.pretrained has no _parse)",
+                                          "app.compiler:5 from pkg.locate import _parse (pkg.locate has no _parse)"]
 
 
 def test_every_module_attribute_the_repo_reads_exists():
