@@ -16,10 +16,10 @@ FORBIDDEN = (("gp_jax", "launch"), ("gp_jax", "benchmarks"), ("launch", "benchma
 IMPORT_FUNCTIONS = ("import_module", "__import__")
 
 
-def package_sources(repo: pathlib.Path = REPO) -> dict[str, tuple[str, bool]]:
+def package_sources(repo: pathlib.Path = REPO, packages: tuple[str, ...] = PACKAGES) -> dict[str, tuple[str, bool]]:
   """{module name: (source, is a package __init__)} of every .py file under the top-level packages."""
   out = {}
-  for package in PACKAGES:
+  for package in packages:
     for path in sorted((repo / package).rglob("*.py")):
       parts = list(path.relative_to(repo).with_suffix("").parts)
       is_init = parts[-1] == "__init__"

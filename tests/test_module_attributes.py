@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from tests.test_import_graph import REPO, _resolve, package_sources
+from tests.test_import_graph import _resolve, package_sources
 
 IMPORTERS = ("gp_jax", "launch", "benchmarks", "experiments", "tests")
 MODULE_ATTRIBUTES = {"__file__", "__name__", "__path__", "__spec__", "__dict__", "__doc__", "__package__", "__loader__"}
@@ -101,12 +101,7 @@ def unresolved(sources: dict[str, tuple[str, bool]], importers: dict[str, tuple[
 
 
 def _importer_sources() -> dict[str, tuple[str, bool]]:
-  out = dict(package_sources())
-  for path in sorted((REPO / "tests").rglob("*.py")):
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
-    is_init = parts[-1] == "__init__"
-    out[".".join(parts[:-1] if is_init else parts)] = (path.read_text(encoding="utf-8"), is_init)
-  return {m: v for m, v in out.items() if m.split(".")[0] in IMPORTERS}
+  return package_sources(packages=IMPORTERS)
 
 
 def test_a_moved_name_is_found():
