@@ -53,6 +53,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -125,7 +126,9 @@ def run_shape(spec: dict) -> dict:
   proc = subprocess.run([sys.executable, "-m", "benchmarks.head_scaling", "--child", json.dumps(spec)],
                         capture_output=True, text=True, cwd=common.ROOT)
   if proc.returncode:
-    return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
+    lines = proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
+    raised = [ln for ln in lines if re.match(r"[\w.]+(Error|Exception|Exit)\b", ln)]
+    return {"error": (raised or lines)[-1][:300]}
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -357,6 +360,9 @@ def main(argv=None):
   lengths = [int(x) for x in args.lengths.split(",")]
   types = [int(x) for x in args.types.split(",")]
   modes = [m for m in args.modes.split(",") if m]
+  if min(lengths) <= args.width:
+    parser.error(f"--lengths {min(lengths)}: every length must exceed --width={args.width} (the gold spans start in "
+                 "[0, L - W) and are narrower than W)")
   results = {}
   for H in types:
     for L in lengths:
@@ -375,6 +381,10 @@ def main(argv=None):
   for H in types:
     for L in lengths:
       print(table_row(H, L, *results[(H, L)]))
+  errors = sorted({f"H={H} L={L} {m}: {r['error']}" for (H, L), (runs, _) in results.items()
+                   for m, rounds in runs.items() for r in rounds or () if "error" in r})
+  if errors:
+    print("\nfailed (each child's error):\n" + "\n".join(f"- {e}" for e in errors))
 
 
 if __name__ == "__main__":
