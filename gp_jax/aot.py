@@ -394,7 +394,9 @@ def parse_mesh(spec: str) -> dict:
   """"data:8" or "data:4,fsdp:2" -> {"data": 8, "fsdp": 1} style sizes."""
   sizes = {"data": 1, "fsdp": 1}
   for part in filter(None, spec.split(",")):
-    name, n = part.split(":")
+    name, colon, n = part.strip().partition(":")
+    if not colon or not n.strip().isdigit() or int(n) < 1:
+      raise ValueError(f"--mesh {spec!r}: expected AXIS:N parts such as data:4,fsdp:2 (N >= 1), got {part!r}")
     if name not in sizes:
       raise ValueError(f"--mesh axes are data and fsdp, got {name!r}")
     sizes[name] = int(n)

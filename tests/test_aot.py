@@ -106,3 +106,12 @@ def test_compile_threads_bounded_and_overridable(monkeypatch):
   assert aot.compile_threads(1) == 1
   monkeypatch.setenv(aot.THREADS_ENV, "3")
   assert aot.compile_threads(10) == 3
+
+
+def test_mesh_flag_parses_axis_sizes_and_refuses_the_rest_in_one_line():
+  assert aot.parse_mesh("data:4,fsdp:2") == {"data": 4, "fsdp": 2}
+  assert aot.parse_mesh("fsdp:8") == {"data": 1, "fsdp": 8}
+  for bad, says in (("bad", "expected AXIS:N"), ("data:x", "expected AXIS:N"), ("data:0", "expected AXIS:N"),
+                    ("model:2", "axes are data and fsdp")):
+    with pytest.raises(ValueError, match=says):
+      aot.parse_mesh(bad)
