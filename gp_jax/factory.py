@@ -356,6 +356,16 @@ def buckets(config) -> tuple | None:
   return values
 
 
+def _count(config, key: str, default: int, low: int) -> int:
+  """config[key] (dotted) as an int >= `low`, else a UserError naming it."""
+  group, _, name = key.rpartition(".")
+  value = (config[group] if group else config).get(name, default)
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < low:
+    what = "a positive integer" if low == 1 else f"an integer >= {low}"
+    raise UserError(f"{key}={value!r}: expected {what}")
+  return int(value)
+
+
 def run_spec(config, platform: str | None = None) -> RunSpec:
   """The run spec of `config` for the target `platform` (default: this machine's backend): the one place the
   trainer's, the steps' and the compiler's settings are read from the ConfigDict. Keys an older workdir's
@@ -372,12 +382,13 @@ def run_spec(config, platform: str | None = None) -> RunSpec:
       block_size=int(config.loss.block_size) or None, ema_decay=ema_decay(config),
       ema_warmup=bool(config.optimizer.get("ema_warmup", False)), adversarial=Adversarial.from_config(config),
       tune_threshold=bool(get("tune_threshold", False)), optimizer=OptimizerSpec.from_config(config.optimizer),
-      batch_size=int(get("batch_size", 32)), eval_batch_size=int(get("eval_batch_size", 128)),
+      batch_size=_count(config, "batch_size", 32, 1), eval_batch_size=_count(config, "eval_batch_size", 128, 1),
       buckets=buckets(config), bucket_run=int(d.get("bucket_run", 0)), **split_options(config),
-      checkpoint_every_steps=int(get("checkpoint_every_steps", 500)), keep_checkpoints=int(get("keep_checkpoints", 2)),
-      eval_every_steps=int(get("eval_every_steps", 0)),
-      early_stop_patience=float(get("early_stop_patience", 0)), log_every_steps=int(get("log_every_steps", 100)),
-      steps_per_execution=int(get("steps_per_execution", 1)), seed=int(get("seed", 0)),
-      num_train_steps=int(get("num_train_steps", 0)), num_epochs=float(get("num_epochs", 3.0)),
-      init_from=str(get("init_from", "") or ""), head_size=int(m.get("head_size", 64)),
+      checkpoint_every_steps=_count(config, "checkpoint_every_steps", 500, 1),
+      keep_checkpoints=_count(config, "keep_checkpoints", 2, 1),
+      eval_every_steps=_count(config, "eval_every_steps", 0, 0),
+      early_stop_patience=float(get("early_stop_patience", 0)), log_every_steps=_count(config, "log_every_steps", 100, 1),
+      steps_per_execution=_count(config, "steps_per_execution", 1, 0), seed=int(get("seed", 0)),
+      num_train_steps=_count(config, "num_train_steps", 0, 0), num_epochs=float(get("num_epochs", 3.0)),
+      init_from=str(get("init_from", "") or ""), head_size=_count(config, "model.head_size", 64, 1),
       use_rope=bool(m.get("use_rope", True)), task=name, task_options=task_options(config, name))

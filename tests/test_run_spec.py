@@ -87,3 +87,19 @@ def test_buckets_past_max_len_are_refused_in_one_line_that_names_the_fix():
   assert factory.run_spec(config, "cpu").buckets == (16, 32, 48)
   config.data.buckets = ()
   assert factory.run_spec(config, "cpu").buckets == ()
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("batch_size", -3, "batch_size=-3: expected a positive integer"),
+    ("eval_batch_size", 0, "eval_batch_size=0: expected a positive integer"),
+    ("log_every_steps", 0, "log_every_steps=0: expected a positive integer"),
+    ("checkpoint_every_steps", 0, "checkpoint_every_steps=0: expected a positive integer"),
+    ("keep_checkpoints", 0, "keep_checkpoints=0: expected a positive integer"),
+    ("steps_per_execution", -1, "steps_per_execution=-1: expected an integer >= 0"),
+    ("model.head_size", 0, "model.head_size=0: expected a positive integer"),
+    ("eval_every_steps", -1, "eval_every_steps=-1: expected an integer >= 0")])
+def test_counts_out_of_range_are_refused_in_one_line(key, value, says):
+  """Each was a traceback from deep in the run (a modulo by zero, a batch check, a shape error)."""
+  with pytest.raises(UserError, match=f"^{says.replace('.', '[.]')}$"):
+    factory.run_spec(ht.tiny_config(**{key: value}), "cpu")
+  assert factory.run_spec(ht.tiny_config(), "cpu").eval_every_steps == 1000  # TINY's own counts pass
