@@ -47,6 +47,7 @@ import time
 from etils import epath
 
 from gp_jax import storage
+from gp_jax.errors import UserError
 
 from . import accelerators, command, module_name, points, prog, sweep, user_errors_exit_2
 from . import compile as compile_lib
@@ -100,8 +101,13 @@ def git_sha(ref: str, repo: str) -> str:
 
 
 def _repo_root() -> str:
-  return subprocess.run(["git", "rev-parse", "--show-toplevel"], check=True, capture_output=True,
-                        text=True).stdout.strip()
+  """The git checkout whose --ref the workers get: the working directory's, else the one this code lives in."""
+  for where in (os.getcwd(), os.path.dirname(os.path.abspath(__file__))):
+    proc = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=where, capture_output=True, text=True)
+    if proc.returncode == 0:
+      return proc.stdout.strip()
+  raise UserError(f"{prog('tpu')} ships a git checkout of gp_jax (git archive of --ref), and neither {os.getcwd()} "
+                  "nor this installation is in one: run it from a clone (pip install -e .)")
 
 
 def preflight_type(accelerator_type: str, hosts_per_point: str) -> str:

@@ -458,6 +458,17 @@ def test_tpu_dry_run_prints_commands(tmp_path, capsys):
   assert f"{len(sweep.expand(os.path.join(REPO, config), '/local/runs'))} points, code HEAD = {sha}" in captured.out
 
 
+def test_tpu_run_finds_its_checkout_from_any_folder_and_refuses_without_one(tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(tmp_path)  # not a git checkout: the one holding launch/ is shipped
+  assert tpu._repo_root() == REPO
+  installed = tmp_path / "site-packages" / "launch"  # a regular install, outside any checkout
+  installed.mkdir(parents=True)
+  monkeypatch.setattr(tpu, "__file__", str(installed / "tpu.py"))
+  rc = tpu.main(["run", "--tpu=pod", "--zone=z", "--config=experiments/synthetic.py:quick", "--workdir=gs://b/r",
+                 "--dry_run", "--nopreflight"])
+  assert rc == 2 and "ships a git checkout of gp_jax" in capsys.readouterr().err
+
+
 def test_tpu_status_table(tmp_path, capsys):
   exp = _write_experiment(tmp_path, ROPE_LIKE)
   root = str(tmp_path / "runs")
