@@ -253,6 +253,9 @@ def main(argv, flags_):
       raise ExportError("--workdir and --out are required")
     if not (storage.path(flags_.workdir) / "config.json").exists():
       raise ExportError(f"{flags_.workdir}: not a training workdir (no config.json)")
+    out = storage.path(flags_.out)
+    if out.exists() and not out.is_dir():
+      raise ExportError(f"--out={flags_.out} is a file: give a folder (it is created, or its files overwritten)")
     predict.configure_compilation_cache(flags_.workdir)  # as training set it
     manifest = export_workdir(flags_.workdir, flags_.out, fmt=flags_.format, platforms=flags_.platforms or None,
                               hit_buffer=flags_.hit_buffer, batch_size=flags_.batch_size,

@@ -17,6 +17,7 @@ gp_jax.predict (they import this module). See docs/serving.md.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 
@@ -152,7 +153,9 @@ def model_inputs(batch: dict) -> dict:
 
 
 def check_threshold(threshold, *, head: str, tagger: bool):
-  """`threshold`, or UserError when it is given for a tagger head."""
+  """`threshold`, or UserError when it is not a finite number or is given for a tagger head."""
+  if threshold is not None and not math.isfinite(threshold):
+    raise UserError(f"--threshold={threshold}: expected a finite number (spans with score > threshold are kept)")
   if threshold is not None and tagger:
     raise UserError(f"--threshold applies to span heads (keep spans with score > threshold); this model's head "
                     f"({head}) is a tagger")

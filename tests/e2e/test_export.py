@@ -368,12 +368,17 @@ def test_user_errors_one_line_exit_2(trained, untrained, tmp_path):
       (["--workdir=" + str(tmp_path / "missing")], "no such folder"),
       (["--exported=" + tagger, "--threshold=0.5"], "is a tagger"),
       (["--exported=" + out, "--input_format=csv"], "--input_format must be one of"),
+      (["--exported=" + out, "--threshold=nan"], "--threshold=nan: expected a finite number"),
   ]
-  for flags, message in cases:
-    proc = _run(_predict_cmd(*flags), stdin="x\n")
-    assert proc.returncode == 2, (flags, proc.stderr[-2000:])
+  a_file = tmp_path / "a_file"
+  a_file.write_text("")
+  export_cmd = [sys.executable, "-m", "gp_jax.export", f"--workdir={workdir}", f"--out={a_file}"]
+  for cmd, message in [(_predict_cmd(*flags), message) for flags, message in cases] + [
+      (export_cmd, f"--out={a_file} is a file: give a folder")]:
+    proc = _run(cmd, stdin="x\n")
+    assert proc.returncode == 2, (cmd, proc.stderr[-2000:])
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], (flags, proc.stderr[-2000:])
+    assert len(lines) == 1 and message in lines[0], (cmd, proc.stderr[-2000:])
 
 
 def test_input_not_utf8_is_one_line_naming_file_line_and_column(trained, tmp_path):
