@@ -98,6 +98,9 @@ def main(argv):
     _exit_with(f"{e}; not starting ({e.hint})" if e.hint else f"{e}; not starting")
   except (UserError, FileNotFoundError) as e:  # FileNotFoundError: a path the user gave (pretrained, data, workdir)
     _exit_with(e)
+  except train.Diverged as e:  # a failed run, not a bug: results.json holds the same line
+    print(f"error: {e}", file=sys.stderr)
+    _exit_now(1, finished=True)
   except KeyboardInterrupt:  # Ctrl-C where no handler of ours took it (several processes)
     _interrupted("Ctrl-C; stopped at once. Rerun the same command to continue from the last checkpoint, if any")
   except Exception as e:  # pylint: disable=broad-except

@@ -24,8 +24,7 @@ from tqdm.auto import tqdm
 from gp_jax import aot
 from gp_jax import feed as feed_lib
 from gp_jax import checkpoint as ckpt_lib
-from gp_jax import factory, runtime
-from gp_jax import reporting, resume, storage, tasks, workdir as wd
+from gp_jax import factory, reporting, resume, runtime, storage, tasks, workdir as wd
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
 from gp_jax import threshold as threshold_lib
@@ -152,8 +151,10 @@ def check_finite(step: int, metrics, mngr) -> None:
   i = int(np.argmin(finite))
   at = lambda name: float(np.asarray(metrics[name]).reshape(-1)[i])  # noqa: E731
   mngr.wait_until_finished()
+  last = mngr.latest_step()
+  kept = f"Last good checkpoint: step {last}" if last is not None else "No checkpoint was saved before it"
   raise Diverged(f"training diverged at step {step - finite.shape[0] + 1 + i}: loss {at('loss')}, gradient norm "
-                 f"{at('grad_norm')}; stopping. Last good checkpoint: step {mngr.latest_step()} in {mngr.directory}")
+                 f"{at('grad_norm')}; stopping. {kept} in {mngr.directory}")
 
 
 @dataclasses.dataclass

@@ -128,6 +128,16 @@ def test_divergence_stops_and_keeps_last_good_checkpoint(tmp_path, loss_value, g
   assert results["status"] == "failed" and "diverged at step 6" in results["error"]
 
 
+def test_a_diverged_run_ends_in_one_line_and_exit_1(tmp_path):
+  """The command line's end of a divergence (a NaN learning rate): the reason as one line, not a traceback."""
+  run = ht.run_main(str(tmp_path / "run"), env=ht.subprocess_env(1), num_train_steps=6,
+                    **{"optimizer.lr": float("nan")})  # stdout and stderr, merged
+  assert run.returncode == 1 and "Traceback" not in run.stdout, run.stdout[-3000:]
+  last = run.stdout.strip().splitlines()[-1]
+  assert re.fullmatch(r"error: training diverged at step \d: loss nan, gradient norm nan; stopping\. No checkpoint "
+                      r"was saved before it in .*/ckpt", last), last
+
+
 def test_resume_when_best_holds_a_newer_step(tmp_path):
   """best/ at a later step than ckpt/ (saved just before a crash): the resumed run reaches that step with a
   higher dev F1 and must replace it, not raise StepAlreadyExistsError."""
