@@ -366,10 +366,20 @@ def _count(config, key: str, default: int, low: int) -> int:
   return int(value)
 
 
+def _rates(config) -> None:
+  """Dropout rates in [0, 1) (attention_dropout -1: the default tie), else a UserError naming the key."""
+  m = config.model
+  for key, low in (("dropout", 0.0), ("embed_dropout", 0.0), ("attention_dropout", -1.0)):
+    rate = float(m.get(key, 0.0))
+    if not (0.0 <= rate < 1.0 or rate == low):
+      raise UserError(f"model.{key}={rate}: expected a rate in [0, 1)" + (" or -1" if low else ""))
+
+
 def run_spec(config, platform: str | None = None) -> RunSpec:
   """The run spec of `config` for the target `platform` (default: this machine's backend): the one place the
   trainer's, the steps' and the compiler's settings are read from the ConfigDict. Keys an older workdir's
   config.json lacks take the base config's defaults."""
+  _rates(config)
   policy = precision(config, platform)
   m, d = config.model, config.data
   get = config.get

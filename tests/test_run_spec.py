@@ -103,3 +103,11 @@ def test_counts_out_of_range_are_refused_in_one_line(key, value, says):
   with pytest.raises(UserError, match=f"^{says.replace('.', '[.]')}$"):
     factory.run_spec(ht.tiny_config(**{key: value}), "cpu")
   assert factory.run_spec(ht.tiny_config(), "cpu").eval_every_steps == 1000  # TINY's own counts pass
+
+
+@pytest.mark.parametrize("key, value", [("dropout", 1.5), ("embed_dropout", -0.1), ("attention_dropout", 1.0)])
+def test_dropout_rates_outside_zero_one_are_refused(key, value):
+  """model.dropout=1.5 trained to the end before (a rate above 1 is no dropout any layer can draw)."""
+  with pytest.raises(UserError, match=rf"^model\.{key}={value}: expected a rate in \[0, 1\)"):
+    factory.run_spec(ht.tiny_config(**{f"model.{key}": value}), "cpu")
+  assert factory.run_spec(ht.tiny_config(**{"model.attention_dropout": -1.0}), "cpu")  # -1: the default tie

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from gp_jax.data.types import Record, Tokenizer
+from gp_jax.errors import UserError
 
 # Per-entity status in PreparedSplit.entity_status (exclusive; checked in this order).
 OK = 0  # a training target in at least one window
@@ -230,10 +231,10 @@ def _check_args(tokenizer, *, max_len, stride, max_span_width) -> tuple[int, int
   P, S = int(tokenizer.num_prefix), int(tokenizer.num_suffix)
   W = int(max_len) - P - S
   if W < 1:
-    raise ValueError(f"max_len={max_len} leaves no content tokens after {P}+{S} specials")
+    raise UserError(f"data.max_len={max_len} leaves no content tokens after {P}+{S} special tokens: give a larger one")
   stride = max(1, W // 2) if stride is None else int(stride)
   if not 1 <= stride <= W:
-    raise ValueError(f"stride={stride} must be in [1, {W}] (window content length) or windows leave gaps")
+    raise UserError(f"data.stride={stride} must be in [1, {W}] (window content length) or windows leave gaps")
   if max_span_width is not None and max_span_width < 1:
     raise ValueError(f"max_span_width={max_span_width} must be >= 1")
   return W, stride

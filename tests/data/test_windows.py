@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gp_jax.data import batching, merge, sources, windows
 from gp_jax.data.types import Tokenizer
+from gp_jax.errors import UserError
 from tests.data.fakes import TYPES, CharTok, EchoTok, window_positions, window_token_features, WordTok, ZeroWidthTok, random_records, ref_windows
 from tests.data.reference_align import char_to_token_spans
 
@@ -193,8 +194,10 @@ def test_empty_records_and_errors():
   bad = [{"id": "doc-7", "text": "abc", "entities": [{"start": 0, "end": 1, "type": "GPE"}]}]
   with pytest.raises(ValueError, match=r"doc-7.*GPE"):
     windows.prepare_split(bad, CharTok(), types=TYPES, max_len=8)
-  with pytest.raises(ValueError, match="stride"):
+  with pytest.raises(UserError, match=r"^data\.stride=7 must be in \[1, 6\]"):  # a config's value: one line
     windows.prepare_split(recs, CharTok(), types=TYPES, max_len=8, stride=7)
+  with pytest.raises(UserError, match=r"^data\.max_len=2 leaves no content tokens after 1\+1 special tokens"):
+    windows.prepare_split(recs, CharTok(True), types=TYPES, max_len=2)
   with pytest.raises(ValueError, match="buckets"):
     batching.train_batches(p, batch_size=2, buckets=(16,), seed=0)
   with pytest.raises(ValueError, match="process_count"):
