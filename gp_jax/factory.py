@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 
 import jax
 import jax.numpy as jnp
@@ -367,12 +368,17 @@ def _count(config, key: str, default: int, low: int) -> int:
 
 
 def _rates(config) -> None:
-  """Dropout rates in [0, 1) (attention_dropout -1: the default tie), else a UserError naming the key."""
+  """Dropout rates in [0, 1) (attention_dropout -1: the default tie), learning rates finite and >= 0, else a
+  UserError naming the key."""
   m = config.model
   for key, low in (("dropout", 0.0), ("embed_dropout", 0.0), ("attention_dropout", -1.0)):
     rate = float(m.get(key, 0.0))
     if not (0.0 <= rate < 1.0 or rate == low):
       raise UserError(f"model.{key}={rate}: expected a rate in [0, 1)" + (" or -1" if low else ""))
+  for key in ("lr", "head_lr"):
+    rate = float(config.optimizer.get(key, 0.0))
+    if not (math.isfinite(rate) and rate >= 0):
+      raise UserError(f"optimizer.{key}={rate}: expected a finite learning rate >= 0")
 
 
 def run_spec(config, platform: str | None = None) -> RunSpec:

@@ -111,3 +111,10 @@ def test_dropout_rates_outside_zero_one_are_refused(key, value):
   with pytest.raises(UserError, match=rf"^model\.{key}={value}: expected a rate in \[0, 1\)"):
     factory.run_spec(ht.tiny_config(**{f"model.{key}": value}), "cpu")
   assert factory.run_spec(ht.tiny_config(**{"model.attention_dropout": -1.0}), "cpu")  # -1: the default tie
+
+
+@pytest.mark.parametrize("key, value", [("lr", -1.0), ("lr", float("nan")), ("head_lr", float("inf"))])
+def test_learning_rates_negative_or_not_finite_are_refused(key, value):
+  with pytest.raises(UserError, match=rf"^optimizer\.{key}={value}: expected a finite learning rate >= 0"):
+    factory.run_spec(ht.tiny_config(**{f"optimizer.{key}": value}), "cpu")
+  assert factory.run_spec(ht.tiny_config(**{"optimizer.lr": 0.0}), "cpu")  # 0: a frozen model (init_from checks)

@@ -129,12 +129,12 @@ def test_divergence_stops_and_keeps_last_good_checkpoint(tmp_path, loss_value, g
 
 
 def test_a_diverged_run_ends_in_one_line_and_exit_1(tmp_path):
-  """The command line's end of a divergence (a NaN learning rate): the reason as one line, not a traceback."""
+  """The command line's end of a divergence (a learning rate of 1e30): the reason as one line, not a traceback."""
   run = ht.run_main(str(tmp_path / "run"), env=ht.subprocess_env(1), num_train_steps=6,
-                    **{"optimizer.lr": float("nan")})  # stdout and stderr, merged
+                    **{"optimizer.lr": 1e30})  # stdout and stderr, merged
   assert run.returncode == 1 and "Traceback" not in run.stdout, run.stdout[-3000:]
   last = run.stdout.strip().splitlines()[-1]
-  assert re.fullmatch(r"error: training diverged at step \d: loss nan, gradient norm nan; stopping\. No checkpoint "
+  assert re.fullmatch(r"error: training diverged at step \d: loss \S+, gradient norm \S+; stopping\. No checkpoint "
                       r"was saved before it in .*/ckpt", last), last
 
 
