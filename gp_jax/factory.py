@@ -63,7 +63,7 @@ class Precision:
 def resolve_dtype(name: str, platform: str | None = None) -> str:
   """`model.dtype` for the target: "auto" is float32 on cpu, bfloat16 on gpu/tpu; explicit names stay."""
   if name not in DTYPE_CHOICES:
-    raise ValueError(f"model.dtype must be one of {DTYPE_CHOICES}, got {name!r}")
+    raise UserError(f"model.dtype must be one of {DTYPE_CHOICES}, got {name!r}")
   if name != "auto":
     return name
   return "float32" if target_platform(platform) == "cpu" else "bfloat16"
@@ -108,7 +108,7 @@ def build_tokenizer(config, train_texts):
     )
   if config.model.encoder == "bert":
     return HFTokenizer(pretrained.resolve(config.model.pretrained), lowercase=config.tokenizer.lowercase)
-  raise ValueError(f"model.encoder must be 'scratch' or 'bert', got {config.model.encoder!r}")
+  raise UserError(f"model.encoder must be 'scratch' or 'bert', got {config.model.encoder!r}")
 
 
 def encoder_config(config) -> dict | None:
@@ -185,7 +185,7 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
       bcfg = dataclasses.replace(bert.BertConfig.from_hf_dict(hf), **overrides)
       encoder = bert.Bert(bcfg, dtype=dtype, rngs=rngs)
   else:
-    raise ValueError(f"model.encoder must be 'scratch' or 'bert', got {m.encoder!r}")
+    raise UserError(f"model.encoder must be 'scratch' or 'bert', got {m.encoder!r}")
   return tasks.of(spec).build_model(encoder, spec, tuple(labels), num_types=num_types,
                                     feature_names=tokenizer.feature_names, dtype=dtype, rngs=rngs)
 
@@ -395,7 +395,7 @@ def run_spec(config, platform: str | None = None) -> RunSpec:
       num_attn_layers=int(m.get("num_attn_layers", 0)), hidden_size=int(m.get("hidden_size", 0)),
       kernels=m.get("kernels", "auto"), loss_kind=config.loss.kind,
       loss_implementation=loss_implementation(config, policy.platform),
-      block_size=int(config.loss.block_size) or None, ema_decay=ema_decay(config),
+      block_size=_count(config, "loss.block_size", 0, 0) or None, ema_decay=ema_decay(config),
       ema_warmup=bool(config.optimizer.get("ema_warmup", False)), adversarial=Adversarial.from_config(config),
       tune_threshold=bool(get("tune_threshold", False)), optimizer=OptimizerSpec.from_config(config.optimizer),
       batch_size=_count(config, "batch_size", 32, 1), eval_batch_size=_count(config, "eval_batch_size", 128, 1),

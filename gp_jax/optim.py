@@ -22,6 +22,7 @@ import optax
 from jax.sharding import PartitionSpec as P
 
 from gp_jax import sharding as shd
+from gp_jax.errors import UserError
 
 UPDATES = ("auto", "fused", "optax")
 FUSED_ON = ("cuda",)  # where "auto" takes the fused update (docs/benchmarks/gpu_compiled.md)
@@ -37,7 +38,7 @@ def make_schedule(opt_cfg, peak: float, total_steps: int):
   elif opt_cfg.decay == "constant":
     after = optax.constant_schedule(peak)
   else:
-    raise ValueError(f"optimizer.decay must be linear, cosine or constant, got {opt_cfg.decay!r}")
+    raise UserError(f"optimizer.decay must be linear, cosine or constant, got {opt_cfg.decay!r}")
   if warmup == 0:
     return after
   return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), after], [warmup])

@@ -8,6 +8,8 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from gp_jax.errors import UserError
+
 log = logging.getLogger(__name__)
 
 BATCH_AXES = ("data", "fsdp")
@@ -17,13 +19,14 @@ def make_mesh(data: int = -1, fsdp: int = 1, *, devices=None) -> jax.sharding.Me
   """A ("data", "fsdp") mesh over all devices; -1 on one axis fills it."""
   n = len(devices) if devices is not None else jax.device_count()
   if data == -1 and fsdp == -1:
-    raise ValueError("at most one mesh axis may be -1")
+    raise UserError("mesh: at most one axis may be -1")
   if data == -1:
     data = n // fsdp
   if fsdp == -1:
     fsdp = n // data
   if data * fsdp != n:
-    raise ValueError(f"mesh data={data} x fsdp={fsdp} does not match {n} devices")
+    raise UserError(f"mesh data={data} x fsdp={fsdp} does not match {n} devices: set config.mesh to sizes whose "
+                    "product is the device count (-1 takes the rest)")
   auto = (jax.sharding.AxisType.Auto,) * 2
   return jax.make_mesh((data, fsdp), BATCH_AXES, axis_types=auto, devices=devices)
 

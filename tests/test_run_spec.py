@@ -97,7 +97,8 @@ def test_buckets_past_max_len_are_refused_in_one_line_that_names_the_fix():
     ("keep_checkpoints", 0, "keep_checkpoints=0: expected a positive integer"),
     ("steps_per_execution", -1, "steps_per_execution=-1: expected an integer >= 0"),
     ("model.head_size", 0, "model.head_size=0: expected a positive integer"),
-    ("eval_every_steps", -1, "eval_every_steps=-1: expected an integer >= 0")])
+    ("eval_every_steps", -1, "eval_every_steps=-1: expected an integer >= 0"),
+    ("loss.block_size", -4, "loss.block_size=-4: expected an integer >= 0")])
 def test_counts_out_of_range_are_refused_in_one_line(key, value, says):
   """Each was a traceback from deep in the run (a modulo by zero, a batch check, a shape error)."""
   with pytest.raises(UserError, match=f"^{says.replace('.', '[.]')}$"):
@@ -118,3 +119,15 @@ def test_learning_rates_negative_or_not_finite_are_refused(key, value):
   with pytest.raises(UserError, match=rf"^optimizer\.{key}={value}: expected a finite learning rate >= 0"):
     factory.run_spec(ht.tiny_config(**{f"optimizer.{key}": value}), "cpu")
   assert factory.run_spec(ht.tiny_config(**{"optimizer.lr": 0.0}), "cpu")  # 0: a frozen model (init_from checks)
+
+
+def test_unknown_choices_and_a_mesh_past_the_devices_are_user_errors():
+  """Their messages named the key already; raised as ValueError they reached the user as tracebacks."""
+  with pytest.raises(UserError, match="model.dtype must be one of"):
+    factory.run_spec(ht.tiny_config(**{"model.dtype": "float8"}), "cpu")
+  with pytest.raises(UserError, match="optimizer.decay must be linear, cosine or constant"):
+    optim.make_schedule(ht.tiny_config(**{"optimizer.decay": "step"}).optimizer, 1e-3, 10)
+  with pytest.raises(UserError, match=r"mesh data=3 x fsdp=1 does not match 8 devices"):
+    shd.make_mesh(3, 1, devices=[object()] * 8)
+  with pytest.raises(UserError, match="model.encoder must be 'scratch' or 'bert'"):
+    factory.build_tokenizer(ht.tiny_config(**{"model.encoder": "lstm"}), ["ab"])

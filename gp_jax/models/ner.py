@@ -7,6 +7,7 @@ import inspect
 import jax.numpy as jnp
 from flax import nnx
 
+from gp_jax.errors import UserError
 from gp_jax.ops import span_mask, zlpr_loss
 
 
@@ -57,7 +58,7 @@ class NerModel(nnx.Module):
       logits_BHLL = self.head(hidden_BLD, batch["span_mask"], positions=batch["positions"])
       return zlpr_loss(logits_BHLL, labels=dense_labels(batch["span_ids"], logits_BHLL.shape),
                        mask=span_mask(batch["span_mask"], max_span_width=self.head.max_span_width))
-    raise ValueError(f"loss.kind must be 'sparse_zlpr' or 'zlpr', got {loss_kind!r}")
+    raise UserError(f"loss.kind must be 'sparse_zlpr' or 'zlpr', got {loss_kind!r}")
 
   def decode_hits(self, batch, *, size: int, block_size: int | None = None, threshold=0.0, hit_sharding=None):
     """Span heads keep cells with score > threshold; taggers ignore it."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from gp_jax.data import batching
+from gp_jax.errors import UserError
 from gp_jax.tasks.base import flat_result
 from gp_jax.tasks.entities import host
 
@@ -101,7 +102,7 @@ class EntityTask:
       module = HEADS[spec.head](encoder.hidden_size, num_types, head_size=spec.head_size, use_rope=spec.use_rope,
                                 max_span_width=spec.max_span_width, dtype=dtype, rngs=rngs)
     else:
-      raise ValueError(f"model.head must be one of {sorted(HEADS) + sorted(TAGGERS)}, got {spec.head!r}")
+      raise UserError(f"model.head must be one of {sorted(HEADS) + sorted(TAGGERS)}, got {spec.head!r}")
     return NerModel(encoder, module, feature_names, loss_implementation=spec.loss_implementation)
 
   # Device decoding: one hit buffer.

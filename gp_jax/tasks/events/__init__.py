@@ -91,7 +91,7 @@ class EventTask(PointerTask):
     from gp_jax.models.heads import HEADS  # pylint: disable=g-import-not-at-top
 
     if spec.head not in HEADS:
-      raise ValueError(f"task=events: model.head must be one of {sorted(HEADS)}, got {spec.head!r}")
+      raise UserError(f"task=events: model.head must be one of {sorted(HEADS)}, got {spec.head!r}")
     module = EventHead(encoder.hidden_size, num_types, head_size=spec.head_size, efficient=spec.head == "efficient",
                        use_rope=spec.use_rope, pointer_rope=self.pointer_rope, max_span_width=spec.max_span_width,
                        dtype=dtype, rngs=rngs)

@@ -118,7 +118,7 @@ class RelationTask(PointerTask):
     from gp_jax.models.ner import RelationModel
 
     if spec.head not in HEADS:
-      raise ValueError(f"task=relations: model.head must be one of {sorted(HEADS)}, got {spec.head!r}")
+      raise UserError(f"task=relations: model.head must be one of {sorted(HEADS)}, got {spec.head!r}")
     module = GPLinkerHead(encoder.hidden_size, num_types, len(labels), head_size=spec.head_size,
                           efficient=spec.head == "efficient", use_rope=spec.use_rope, pointer_rope=self.pointer_rope,
                           max_span_width=spec.max_span_width, dtype=dtype, rngs=rngs)
