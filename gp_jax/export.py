@@ -58,6 +58,7 @@ DEFAULT_HIT_BUFFER = 4096
 # The precision policy of an export is resolved as for this platform wherever export runs: model.dtype=auto is
 # float32 and model.attention=auto the XLA path, a graph that lowers for every platform in one artifact.
 PORTABLE_POLICY = "cpu"
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # what jax.export lowers for
 
 
 def input_names(feature_names) -> list[str]:
@@ -235,9 +236,13 @@ def _define_flags():
     flags.declare_key_flag(name)
   flags.DEFINE_string("out", None, "Folder to write, local or gs://.")
   flags.DEFINE_enum("format", "stablehlo", sorted(MODEL_FILES), "Serialized artifact format.")
-  flags.DEFINE_list("platforms", [], "StableHLO lowering platforms (cpu, cuda, tpu); default: this machine's.")
+  flags.DEFINE_list("platforms", [], f"StableHLO lowering platforms ({', '.join(PLATFORMS)}); default: this "
+                    "machine's.")
+  flags.register_validator("platforms", lambda names: set(names) <= set(PLATFORMS),
+                           f"--platforms takes a comma list of {', '.join(PLATFORMS)}")
   flags.DEFINE_integer("hit_buffer", DEFAULT_HIT_BUFFER, "Hits one call returns on device, per hit buffer (more "
-                       "fall back to the scores output, or grow the buffer where the task's program takes its size).")
+                       "fall back to the scores output, or grow the buffer where the task's program takes its size).",
+                       lower_bound=1)
   return flags.FLAGS
 
 

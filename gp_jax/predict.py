@@ -68,9 +68,10 @@ _SPLIT = flags.DEFINE_string("split", None, "Predict the workdir's corpus split 
 _THRESHOLD = flags.DEFINE_float("threshold", None, "Span heads: keep spans with score > threshold (default: the "
                                 "workdir's dev-tuned value when trained with tune_threshold, else the export's, else 0). "
                                 "An error with a tagger head.")
-_BATCH = flags.DEFINE_integer("batch_size", 0, "Windows per batch (0 = the training config's eval_batch_size).")
+_BATCH = flags.DEFINE_integer("batch_size", 0, "Windows per batch (0 = the training config's eval_batch_size).",
+                              lower_bound=0)
 _CHUNK = flags.DEFINE_integer("chunk_size", 1000, "Texts predicted at a time (standard input is also read a chunk at "
-                              "a time; an input file is read whole first).")
+                              "a time; an input file is read whole first).", lower_bound=1)
 
 
 # ----------------------------------------------------------------------------- formats

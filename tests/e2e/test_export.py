@@ -381,6 +381,20 @@ def test_user_errors_one_line_exit_2(trained, untrained, tmp_path):
     assert len(lines) == 1 and message in lines[0], (cmd, proc.stderr[-2000:])
 
 
+def test_flags_out_of_range_stop_at_parsing(trained, tmp_path):
+  """Before any model is read: a negative batch, a hit buffer of 0 and an unknown platform (exported for 'nosuch'
+  before, a folder no machine loads)."""
+  workdir, out, _ = trained
+  export = [sys.executable, "-m", "gp_jax.export", f"--workdir={workdir}", f"--out={tmp_path / 'x'}"]
+  for cmd, says in [(_predict_cmd(f"--exported={out}", "--batch_size=-1"), "--batch_size=-1: -1 is not a non-negative"),
+                    (_predict_cmd(f"--exported={out}", "--chunk_size=0"), "--chunk_size=0: 0 is not a positive"),
+                    ([*export, "--hit_buffer=0"], "--hit_buffer=0: 0 is not a positive integer"),
+                    ([*export, "--platforms=cpu,nosuch"], "--platforms takes a comma list of cpu, cuda, rocm, tpu")]:
+    proc = _run(cmd, stdin="x\n")
+    assert proc.returncode == 1 and says in proc.stderr and "Traceback" not in proc.stderr, (cmd, proc.stderr[-2000:])
+  assert not (tmp_path / "x").exists()
+
+
 def test_input_not_utf8_is_one_line_naming_file_line_and_column(trained, tmp_path):
   """Input files and standard input are decoded as strict UTF-8: a bad byte is a user error at its own line, not a
   traceback (files) nor a silently replaced character (standard input)."""
