@@ -79,6 +79,9 @@ def dry_run_check(runs: list[sweep.Run]) -> int:
   return 0
 
 
+NON_NEGATIVE = ("workers", "devices_per_worker", "gpus_per_worker")  # flags that count
+
+
 @user_errors_exit_2
 def main(argv=None):
   parser = argparse.ArgumentParser(prog=prog("local"), description=__doc__,
@@ -99,6 +102,9 @@ def main(argv=None):
                       "GPUs")
   parser.add_argument("extra", nargs="*", help="flags passed to every run, after '--' (e.g. -- --config.seed=1)")
   args = parser.parse_args(argv)
+  negative = [f"--{k}={v}" for k, v in vars(args).items() if k in NON_NEGATIVE and v < 0]
+  if negative:
+    parser.error(f"{', '.join(negative)}: expected a count >= 0")
   if args.gpus_per_worker and (not args.workers or args.devices_per_worker):
     parser.error("--gpus_per_worker goes with --workers=N and without --devices_per_worker")
   if args.workers:

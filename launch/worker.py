@@ -166,6 +166,8 @@ def main(argv=None) -> int:
                       "use a stand-in)")
   parser.add_argument("extra", nargs="*", help="flags for every point, after '--'")
   args = parser.parse_args(argv)
+  if args.poll_s is not None and not args.poll_s > 0:
+    parser.error(f"--poll_s={args.poll_s}: expected seconds > 0")
 
   multi = args.multihost
   if multi:

@@ -469,6 +469,22 @@ def test_tpu_run_finds_its_checkout_from_any_folder_and_refuses_without_one(tmp_
   assert rc == 2 and "ships a git checkout of gp_jax" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("main, flags, says", [
+    ("local", ["--workers=-1"], "--workers=-1: expected a count >= 0"),
+    ("local", ["--workers=2", "--devices_per_worker=-3"], "--devices_per_worker=-3: expected a count >= 0"),
+    ("worker", ["--poll_s=0"], "--poll_s=0.0: expected seconds > 0")])
+def test_launcher_counts_out_of_range_are_usage_errors(tmp_path, capsys, main, flags, says):
+  """--workers=-1 and --devices_per_worker=-3 passed the dry run's checks; --poll_s=-1 was taken."""
+  from launch import worker
+
+  cli = {"local": local.main, "worker": worker.main}[main]
+  with pytest.raises(SystemExit) as e:
+    cli(["--config=experiments/synthetic.py:quick", f"--workdir={tmp_path / 'sweep'}", *flags,
+         *(["--dry_run"] if main == "local" else [])])  # the worker has no dry run: it would train
+  assert e.value.code == 2 and says in capsys.readouterr().err
+  assert not (tmp_path / "sweep").exists()
+
+
 def test_tpu_status_table(tmp_path, capsys):
   exp = _write_experiment(tmp_path, ROPE_LIKE)
   root = str(tmp_path / "runs")
