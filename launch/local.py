@@ -102,7 +102,7 @@ def main(argv=None):
                       "GPUs")
   parser.add_argument("extra", nargs="*", help="flags passed to every run, after '--' (e.g. -- --config.seed=1)")
   args = parser.parse_args(argv)
-  negative = [f"--{k}={v}" for k, v in vars(args).items() if k in NON_NEGATIVE and v < 0]
+  negative = [f"--{k}={getattr(args, k)}" for k in NON_NEGATIVE if getattr(args, k) < 0]
   if negative:
     parser.error(f"{', '.join(negative)}: expected a count >= 0")
   if args.gpus_per_worker and (not args.workers or args.devices_per_worker):
