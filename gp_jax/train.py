@@ -2,17 +2,15 @@
 
 Reads top to bottom as phases: run setup (distributed, workdir, mesh, checks), data (the splits and the training
 iterator), state (model, optimizer; started as gp_jax/resume.py decides), the loop (dispatch step N, then look at
-step N-1; dev evaluation keeps the best parameters), final evaluation and results.json. Only main.py and tests import
-this module.
+step N-1; dev evaluation keeps the best parameters), final evaluation and results.json (gp_jax/final.py). Only
+main.py and tests import this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 
@@ -27,9 +25,9 @@ from gp_jax import checkpoint as ckpt_lib
 from gp_jax import factory, reporting, resume, runtime, storage, tasks, workdir as wd
 from gp_jax import sharding as shd
 from gp_jax import state as state_lib
-from gp_jax import threshold as threshold_lib
 from gp_jax.data import batching
 from gp_jax.evaluate import Evaluator
+from gp_jax.final import dev_history, final_evaluation, write_results
 from gp_jax.optim import make_optimizer
 from gp_jax.steps import make_train_step, make_train_steps
 from gp_jax.tasks.base import flat_result
@@ -368,58 +366,6 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
   return loop.finish()
 
 
-def final_evaluation(run: RunContext, ts: state_lib.Training, splits, evaluator: Evaluator, writer, steps: int) -> dict:
-  """Dev and test figures of the best parameters by dev F1 (the last ones when there is no dev split)."""
-  out = {}
-  if ts.best_mngr.latest_step() is None:  # no dev split: the final parameters are the ones to keep
-    ckpt_lib.save_params(ts.best_mngr, steps, params=state_lib.eval_params(ts.state), config_json=run.config_json,
-                         dev_f1=-1.0)
-    ts.best_mngr.wait_until_finished()
-  best_step, params = ckpt_lib.restore_params(ts.best_mngr, state_lib.abstract_params(ts.setup))
-  out["best_step"] = int(best_step)
-  if "dev" in splits:
-    out["best_dev_f1"] = float(ts.best_mngr.metrics(best_step)["dev_f1"])
-  for split in ("dev", "test"):
-    if split in splits:
-      result, _ = evaluator.evaluate(params, splits[split], desc=split)
-      out[split] = evaluator.task.final_fields(result)
-      writer.write(steps, f"final_{split}", flat_result(result))
-      log.info("final %s (best checkpoint): P %.4f R %.4f F1 %.4f", split, result["precision"], result["recall"],
-               result["f1"])
-      log.info("final %s per type (F1, gold spans): %s", split, reporting.per_type_line(result["per_type"]))
-      for line in evaluator.task.result_lines(result):
-        log.info("final %s %s", split, line)
-  if run.spec.tune_threshold:
-    out.update(tune_threshold(run, splits, evaluator, params, best_step, out))
-  return out
-
-
-def tune_threshold(run: RunContext, splits, evaluator: Evaluator, params, best_step: int, at_zero: dict) -> dict:
-  """`Evaluator.tune_threshold` on the best parameters, saved to workdir/threshold.json where it applies."""
-  out = evaluator.tune_threshold(params, splits, at_zero=at_zero)
-  if run.is_main and "value" in out["threshold"]:
-    threshold_lib.save(run.workdir, threshold=out["threshold"]["value"], best_step=best_step,
-                       dev_f1=out["threshold"]["dev_f1"], dev_f1_at_0=at_zero["dev"]["f1"])
-  return out
-
-
-def dev_history(run: RunContext, steps_per_epoch: int) -> list[dict]:
-  """Dev F1 by evaluation step, over every attempt of this run (metrics.jsonl; the last value of a step wins)."""
-  path = os.path.join(run.mirror.local, "metrics.jsonl") if run.mirror is not None else None
-  if path is None or not os.path.exists(path):
-    return []
-  with open(path) as f:
-    by_step = {m["step"]: {"step": m["step"], "epoch": m["step"] / steps_per_epoch, "f1": m["f1"]}
-               for m in map(json.loads, f) if m.get("split") == "dev"}
-  return [by_step[k] for k in sorted(by_step)]
-
-
-def write_results(run: RunContext, summary: dict) -> None:
-  summary["wall_minutes"] = (time.time() - run.t_start) / 60
-  if run.is_main:
-    storage.write_json(run.workdir / "results.json", summary, indent=1, default=str)
-
-
 # ----------------------------------------------------------------------------- entry
 
 
@@ -494,7 +440,7 @@ def train_and_evaluate(config, workdir, *, hooks: TrainHooks | None = None) -> d
       writer.close()
       raise
     write_results(run, summary)
-    log.info("Done (%s) in %.1f minutes: %s", summary["status"], summary["wall_minutes"],
-             {k: summary[k]["f1"] for k in ("dev", "test") if k in summary})
+    f1 = {k: round(float(summary[k]["f1"]), 4) for k in ("dev", "test") if k in summary}
+    log.info("Done (%s) in %.1f minutes%s", summary["status"], summary["wall_minutes"], f": {f1}" if f1 else "")
     writer.close()  # after the last log line, so a gs:// train.log holds it
     return summary

@@ -80,6 +80,14 @@ def test_trainer_log_parser_reads_every_line():
   assert got["compiled_on_use"] == ["dev@672: eval L64 B32 hits 2048"]
 
 
+
+def test_trainer_log_parser_reads_the_done_line_with_and_without_figures():
+  line = "I1206 15:03:27.318968 1 train.py:444] Done (%s) in %s minutes%s"
+  got = device_check.parse_trainer_log(line % ("finished", "0.1", ": {'dev': 0.7545, 'test': 0.7477}"))
+  assert (got["done_status"], got["done_minutes"], got["done"]) == ("finished", 0.1, {"dev": 0.7545, "test": 0.7477})
+  got = device_check.parse_trainer_log(line % ("preempted", "0.0", ""))
+  assert (got["done_status"], got["done_minutes"], got["done"]) == ("preempted", 0.0, None)
+
 def test_startup_phases_from_the_log_lines_times():
   """Seconds to the first step by phase, each ending at its marker line's time (one phase crossing midnight)."""
   log = "\n".join([

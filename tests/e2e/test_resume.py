@@ -1,6 +1,7 @@
 """Resuming: after SIGKILL (bit-exact), after SIGTERM (clean exit + checkpoint), stopping on divergence (a NaN
 loss, or an inf gradient with a finite loss), and a best/ checkpoint newer than ckpt/."""
 
+import ast
 import json
 import os
 import re
@@ -79,6 +80,7 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
   with open(os.path.join(workdir, "results.json")) as f:
     results = json.load(f)
   assert results["preempted"] and results["status"] == "preempted" and results["steps"] == saved
+  assert re.search(r"Done \(preempted\) in [\d.]+ minutes$", out, re.M), out[-4000:]  # no figures: no "{}"
 
   # The checkpoint restores through the library, at the step the run stopped at.
   step, state = ht.restore_state(workdir)
@@ -99,6 +101,9 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
   with open(os.path.join(workdir, "results.json")) as f:
     results = json.load(f)
   assert results["steps"] == saved + 2 and not results["preempted"] and results["status"] == "finished"
+  done = re.search(r"Done \(finished\) in [\d.]+ minutes: (\{.*\})$", restarted.stdout, re.M)
+  figures = ast.literal_eval(done[1]) if done else {}
+  assert figures and all(f == round(results[k]["f1"], 4) for k, f in figures.items()), restarted.stdout[-4000:]
 
 
 def _poison(at_step, *, loss_value, grad_value):
