@@ -44,6 +44,7 @@ import sys
 import threading
 import time
 
+import gp_jax
 from gp_jax import jax_private
 from gp_jax.compile_cache import (CACHE_ENV, CACHE_MIN_COMPILE_SECONDS, CACHE_OFF, MIN_COMPILE_TIME_ENV,  # noqa: F401
                                   XLA_CACHES, XLA_CACHES_ENV, compilation_cache_dir, configure_compilation_cache,
@@ -276,22 +277,26 @@ def configure() -> dict:
 
 # ----------------------------------------------------------------------------- start-up time
 
-_IMPORTED_AT = time.time()
+EXEC_SLACK_S = 2.0  # interpreter start-up before gp_jax's import, and more: the process exec'd Python late
 COMPILE_EVENTS = ("/jax/core/compile/backend_compile_duration",)
 _compile = {"seconds": 0.0, "count": 0, "listening": False}
 _compile_lock = threading.Lock()
 
 
 def process_seconds() -> float:
-  """Seconds since this process started (/proc/self/stat), else since this module was imported."""
+  """Seconds since this process started (/proc/self/stat; a forked child counts from its fork), unless the process
+  ran something else for a while before it exec'd Python (`bash -c "pip install ... && python -m gp_jax.main"`, `exec
+  python` in a job script): then from gp_jax's import, the interpreter's start near enough."""
+  since_import = time.time() - gp_jax.IMPORTED_AT
   try:
     with open("/proc/self/stat") as f:
       start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
     with open("/proc/uptime") as f:
       uptime = float(f.read().split()[0])
-    return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
   except (OSError, ValueError, IndexError):
-    return time.time() - _IMPORTED_AT
+    return since_import
+  since_start = max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+  return since_start if since_start < since_import + EXEC_SLACK_S else since_import
 
 
 def _on_duration(event: str, duration: float, **_) -> None:
