@@ -1,7 +1,11 @@
-"""Trains and evaluates GlobalPointer NER.
+"""Trains and evaluates a GlobalPointer model: entities, or GPLinker relations or events (the config's `task`).
 
   python -m gp_jax.main --config=experiments/msra_scratch.py[:ARG] --workdir=DIR [--config.KEY=VALUE ...]
 
+--config: an experiment file (experiments/*.py), ARG passed to its get_config (`:quick`: a smoke run of a few steps); every
+--config.KEY with its default and comment: `python -m gp_jax.configs [experiments/X.py[:ARG]]`.
+DIR receives results.json (status, dev and test figures of the best dev checkpoint), train.log, metrics.jsonl, tb/
+(TensorBoard), ckpt/ (resume) and best/ (the best parameters by dev F1: what gp_jax.predict and gp_jax.export read).
 DIR may be local or gs://; a DIR holding a checkpoint is resumed. User errors (gp_jax.errors.UserError: a
 config the experiment refuses, a missing config file, a config that differs from the one DIR was trained with, a
 bad or missing data file) end with one line on stderr and exit status 2, as does a full disk or quota (the line

@@ -133,6 +133,8 @@ def test_help_exits_zero_and_an_unknown_flag_is_one_line():
     out = zygote.run([sys.executable, "-m", module, "--help"], cwd=ht.REPO, env=env, capture_output=True,
                      text=True, timeout=TIMEOUT)
     assert out.returncode == 0 and flag in out.stdout, (module, out.returncode, out.stderr[-2000:])
+    if module == "gp_jax.main":  # where the fields are listed and what a run writes
+      assert "python -m gp_jax.configs" in out.stdout and "results.json" in out.stdout, out.stdout
   out = zygote.run([sys.executable, "-m", "gp_jax.main", "--config_file=x.py"], cwd=ht.REPO, env=env,
                    capture_output=True, text=True, timeout=TIMEOUT)
   assert out.returncode == 2 and out.stderr.strip() == ("error: Unknown command line flag 'config_file'. Did you mean: "
