@@ -2,8 +2,8 @@
 
   python -m gp_jax.main --config=experiments/msra_scratch.py[:ARG] --workdir=DIR [--config.KEY=VALUE ...]
 
---config: an experiment file (experiments/*.py), ARG passed to its get_config (`:quick`: a smoke run of a few steps); every
---config.KEY with its default and comment: `python -m gp_jax.configs [experiments/X.py[:ARG]]`.
+--config: an experiment file (experiments/*.py), ARG passed to its get_config (`:quick`: a smoke run of a few
+steps); every --config.KEY with its default and comment: `python -m gp_jax.configs [experiments/X.py[:ARG]]`.
 DIR receives results.json (status, dev and test figures of the best dev checkpoint), train.log, metrics.jsonl, tb/
 (TensorBoard), ckpt/ (resume) and best/ (the best parameters by dev F1: what gp_jax.predict and gp_jax.export read).
 DIR may be local or gs://; a DIR holding a checkpoint is resumed. User errors (gp_jax.errors.UserError: a
