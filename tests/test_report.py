@@ -358,3 +358,20 @@ def test_cli_links_epoch_figure(history_dir, tmp_path):
   assert "(h_epochs.png)" in md and "(h_f1.png)" in md and "(h_by_length.png)" in md
   w, _ = _png_size(out + "_epochs.png")
   assert 1000 <= w <= 1700
+
+
+def test_out_prefix_naming_a_folder_writes_report_files_there(sweep_dir, tmp_path, capsys):
+  """--out /tmp/rep/ once wrote rep/.md, rep/_f1.png and named /tmp/rep_f1.png, a file that did not exist."""
+  root, _ = sweep_dir
+  for out, folder in ((str(tmp_path / "rep") + "/", tmp_path / "rep"), (str(tmp_path), tmp_path)):
+    before = set(os.listdir(folder)) if os.path.isdir(folder) else set()
+    assert report.main([root, "--out", out]) == 0
+    assert set(os.listdir(folder)) - before == {"report.md", "report_by_length.png", "report_f1.png"}
+    wrote = capsys.readouterr().err.strip().splitlines()[-1]
+    assert wrote.startswith("wrote ")
+    named = wrote[len("wrote "):].split(", ")
+    assert sorted(named) == sorted(str(folder / n) for n in ("report.md", "report_by_length.png", "report_f1.png"))
+    assert "(report_f1.png)" in open(folder / "report.md").read()
+  with pytest.raises(SystemExit):
+    report.main(["--help"])
+  assert "FOLDER/report" in " ".join(capsys.readouterr().out.split())

@@ -13,10 +13,13 @@ GPLinker: use_rope is RoPE on its entity / (event type, role) argument pointer, 
 pointers; "n/a" for entity runs, and configs without a task are entity runs; task names are the registry's,
 gp_jax.tasks.NAMES), by data.max_len when one dataset's runs differ in it, by the training tricks when some run
 used them, and, when cells shown alike differ in other keys, by a variant naming those keys (e.g.
-tune_threshold=True). Each cell shows n (seeds) and mean +- std (statistics.stdev; "-" when n = 1) of dev/test F1,
-precision, recall (in %; for relation runs those of (subject, relation, object) triples in the form results.json's
-"match" names, for event runs Su's argument level, as lines under the table say), train tokens/s and parameter
-count, then epochs trained and whether training stopped early. Preempted, failed and unfinished runs are listed apart, never averaged.
+tune_threshold=True). Each cell shows n (distinct seeds: when runs of a cell share a seed, e.g. one point run twice
+under two folder names, only the first, DIRs as given then by path, counts; the others are flagged and named) and
+mean +- std (statistics.stdev; "-" when n = 1) of dev/test F1, precision, recall (in %; for relation runs those of
+(subject, relation, object) triples in the form results.json's "match" names, for event runs Su's argument level,
+as lines under the table say), train tokens/s and parameter count, then epochs trained and whether training stopped
+early. Preempted, failed and unfinished runs are listed apart, never averaged; a failed run without config.json is
+named by its folder (config unknown), never made a cell.
 
 Significance, for the study's comparisons within a dataset x encoder (x max_len) x variant: RoPE on vs off per
 head, GP vs CRF, EGP vs GP, each trick vs plain (for relation and event runs each among cells of one pointer RoPE
@@ -42,7 +45,8 @@ every evaluation (dev_history). Older results.json files lack these: tagger head
 gp_jax.models.taggers.TAGGERS, the buckets gp_jax.evaluate.LENGTH_BUCKETS, and the dev history comes from the
 run's metrics.jsonl ("split": "dev" lines; by epoch when the steps per epoch are known, else by step).
 
-With --out PREFIX it also writes PREFIX.md (the same tables), PREFIX_f1.png (one panel per dataset: heads on
+With --out PREFIX it also writes PREFIX.md (the same tables; a PREFIX ending in '/' or naming an existing folder is
+FOLDER/report: FOLDER/report.md, FOLDER/report_f1.png, ...), PREFIX_f1.png (one panel per dataset: heads on
 the x axis, a head's relation or event cells once per pointer RoPE setting, RoPE on/off side by side, bar = mean
 over seeds, dots = seeds), when some run has dev F1 by length (relation and event runs have none, and are left out)
 PREFIX_by_length.png (dev F1 by gold entity length in encoder tokens, tp/pred/gold pooled over seeds; a bucket
@@ -89,12 +93,20 @@ def missing_roots(roots) -> str | None:
   return None
 
 
+def out_prefix(prefix: str) -> str:
+  """--out PREFIX as the files' prefix: FOLDER/report for a PREFIX ending in '/' or naming an existing folder."""
+  if prefix.endswith("/") or epath.Path(prefix).is_dir():
+    return str(epath.Path(prefix) / "report")
+  return prefix
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(prog=prog("report"), description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("roots", nargs="+", metavar="DIR", help="sweep folders holding run workdirs (local or gs://)")
   parser.add_argument("--out", default=None, metavar="PREFIX",
-                      help="also write PREFIX.md and the PREFIX_*.png figures (e.g. docs/figures/rope)")
+                      help="also write PREFIX.md and the PREFIX_*.png figures (e.g. docs/figures/rope); a PREFIX "
+                      "ending in '/' or naming an existing folder means FOLDER/report (FOLDER/report.md, ...)")
   parser.add_argument("--influence_k", type=int, default=INFLUENCE_K, metavar="K",
                       help=f"records the influence check leaves out of both cells (default {INFLUENCE_K})")
   args = parser.parse_args(argv)
@@ -110,11 +122,12 @@ def main(argv=None):
   print(text, end="")
   if not args.out:
     return 0
-  epath.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+  out = out_prefix(args.out)
+  epath.Path(out).parent.mkdir(parents=True, exist_ok=True)
   written = []
   try:
     if summary:
-      written = write_plots(rows, summary, args.out)
+      written = write_plots(rows, summary, out)
       text += "\n" + "".join(f"![{title}]({name})\n\n" for title, name in written)
       if not any(name.endswith("_by_length.png") for _, name in written):
         text += ("(No dev F1 by entity length figure: no finished run recorded by_length; relation and event runs "
@@ -125,10 +138,10 @@ def main(argv=None):
       if tags:
         text += "\nVariants on the figures: " + "; ".join(f"{t} = {v}" for v, t in tags.items()) + ".\n"
   except ImportError as e:
-    epath.Path(f"{args.out}.md").write_text(text)
-    print(f"wrote {args.out}.md; no plots: {e}", file=sys.stderr)
+    epath.Path(f"{out}.md").write_text(text)
+    print(f"wrote {out}.md; no plots: {e}", file=sys.stderr)
     return 1
-  epath.Path(f"{args.out}.md").write_text(text)
-  folder = str(epath.Path(args.out).parent)
-  print(f"wrote {args.out}.md" + "".join(f", {folder}/{name}" for _, name in written), file=sys.stderr)
+  epath.Path(f"{out}.md").write_text(text)
+  folder = epath.Path(out).parent
+  print(f"wrote {out}.md" + "".join(f", {folder / name}" for _, name in written), file=sys.stderr)
   return 0

@@ -228,7 +228,7 @@ def task_of(config: dict, results: dict | None) -> str:
 def collect(roots) -> list[dict]:
   """One dict per run folder: run, status, group key fields, task, pointer_rope (str of model.pointer_rope for
   the pointer tasks, POINTER_TASKS: relations and events; "n/a" otherwise), results (None if absent), training
-  length, history, the resolved config (`resolved_config`) and the study (`study_of`)."""
+  length, history, the resolved config (`resolved_config`), config_known and the study (`study_of`)."""
   if isinstance(roots, str):
     roots = [roots]
   rows = []
@@ -266,6 +266,7 @@ def collect(roots) -> list[dict]:
           "history": history,
           "history_source": source,
           "config": resolved,
+          "config_known": bool(config),  # False: no (readable) config.json, `config` is only today's defaults
           "study": study_of(root, rel),
       })
   return rows

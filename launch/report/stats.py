@@ -81,12 +81,25 @@ def variant_label(row: dict, keys: list[str]) -> str:
   return ", ".join(f"{k}={_show(config.get(k))}" for k in keys if _js(config.get(k)) != _js(defaults.get(k)))
 
 
+def one_per_seed(runs: list[dict]) -> tuple[list[dict], list[dict]]:
+  """(kept, dropped): the first run of each seed in the order given (DIRs as given, then by path); a later run of a
+  seed already kept is dropped (the same resolved config and seed run twice). Runs without a seed are all kept."""
+  kept, dropped, seen = [], [], set()
+  for run in runs:
+    seed = None if run["seed"] is None else _js(run["seed"])
+    (dropped if seed in seen else kept).append(run)
+    seen |= {seed} - {None}
+  return kept, dropped
+
+
 def summarize(rows: list[dict]) -> list[dict]:
   """Finished runs grouped into cells: one cell per resolved config but the seed (runs.resolved_config), shown by
   `group_keys(rows)` plus, when runs shown alike differ in other keys, a "variant" naming those keys (non-default
-  values). Each: {key fields, [variant], config, head_kind, task, n, runs, members, metrics: {column: (mean, std,
-  count)}, epochs: [per seed], stopped_early and best_at_end: [per seed, None = unknown], failed: [{run, seed}] of
-  the failed runs of the same resolved config (never averaged; `cell_flags` names them)}."""
+  values). Each: {key fields, [variant], config, head_kind, task, n (distinct seeds), runs, members (one run per
+  seed, `one_per_seed`), dropped (later runs of a seed: never averaged, `cell_flags` names them), metrics: {column:
+  (mean, std, count)}, epochs: [per seed], stopped_early and best_at_end: [per seed, None = unknown], failed: [{run,
+  seed}] of the failed runs of the same resolved config (never averaged; `cell_flags` names them; runs without a
+  config.json are in no cell: `failed_cells`)}."""
   keys = group_keys(rows)
   finished = [row for row in rows if row["status"] == sweep.FINISHED]
   vkeys = variant_keys(finished, keys)
@@ -97,11 +110,11 @@ def summarize(rows: list[dict]) -> list[dict]:
     groups.setdefault((shown, tuple(_js(config.get(k)) for k in vkeys)), []).append(row)
   failed: dict[str, list[dict]] = {}
   for row in rows:
-    if row["status"] == sweep.FAILED:
+    if row["status"] == sweep.FAILED and row.get("config_known", True):
       failed.setdefault(_js(row.get("config") or {}), []).append(row)
   out = []
   for shown, variant in sorted(groups):
-    members = groups[(shown, variant)]
+    members, dropped = one_per_seed(groups[(shown, variant)])
     metrics = {}
     for col, get in METRICS:
       values = [float(v) for v in (get(m["results"]) for m in members) if v is not None]
@@ -109,7 +122,7 @@ def summarize(rows: list[dict]) -> list[dict]:
     out.append({**dict(zip(keys, shown)), **({"variant": variant_label(members[0], vkeys)} if vkeys else {}),
                 "config": members[0].get("config") or {}, "head_kind": members[0]["head_kind"],
                 "task": members[0].get("task"), "n": len(members),
-                "runs": [m["run"] for m in members], "members": members, "metrics": metrics,
+                "runs": [m["run"] for m in members], "members": members, "dropped": dropped, "metrics": metrics,
                 "epochs": [m["epochs"] for m in members if m["epochs"] is not None],
                 "stopped_early": [m["stopped_early"] for m in members],
                 "best_at_end": [m["best_at_end"] for m in members],
@@ -120,16 +133,19 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 def failed_cells(rows: list[dict], summary: list[dict]) -> list[tuple[str, list[dict]]]:
   """Cells with no finished run but failed ones (absent from `summary`): (dataset, encoder and `cell_name`, the
-  failed runs), in run order."""
-  known = {_js(g["config"]) for g in summary}
-  out: dict[str, list[dict]] = {}
+  failed runs), in run order; a failed run without a config.json is one entry of its own, named by its folder
+  ("RUN (config unknown: no config.json)")."""
+  known = {(True, _js(g["config"])) for g in summary}
+  out: dict[tuple, list[dict]] = {}
   for row in rows:
-    key = _js(row.get("config") or {})
+    unknown = not row.get("config_known", True)  # its config is only today's defaults: never a cell
+    key = (False, row["run"]) if unknown else (True, _js(row.get("config") or {}))
     if row["status"] == sweep.FAILED and key not in known:
       out.setdefault(key, []).append(row)
   shown = lambda r: {"head": r["head"], "rope": str(r["rope"]), "trick": r.get("trick", PLAIN),  # noqa: E731
                      "pointer_rope": r.get("pointer_rope", NO_ROPE)}
-  return [(f"{runs[0]['dataset']}, {runs[0]['encoder']}, {cell_name(shown(runs[0]))}", runs) for runs in out.values()]
+  return [(f"{runs[0]['dataset']}, {runs[0]['encoder']}, {cell_name(shown(runs[0]))}" if known_config else
+           f"{runs[0]['run']} (config unknown: no config.json)", runs) for (known_config, _), runs in out.items()]
 
 
 def cell_name(g: dict) -> str:
@@ -148,20 +164,37 @@ def zero_f1(results: dict | None, split: str) -> bool:
   return f1 is not None and float(f1) == 0.0
 
 
+def seeds_text(seeds) -> str:
+  """"seed 3" / "seeds 0, 1"; an unknown seed (no config.json) is "?"."""
+  seeds = ["?" if s is None else str(s) for s in seeds]
+  return f"seed{'s' * (len(seeds) != 1)} {', '.join(seeds)}"
+
+
+def duplicate_text(g: dict) -> list[str]:
+  """Per seed run more than once in the cell: which runs, which one counts."""
+  out = []
+  for kept in g["members"]:
+    again = [d["run"] for d in g.get("dropped", ()) if kept["seed"] is not None and _js(d["seed"]) == _js(kept["seed"])]
+    if again:
+      out.append(f"seed {kept['seed']} run {1 + len(again)} times ({'; '.join([kept['run'], *again])}): only "
+                 f"{kept['run']} counted")
+  return out
+
+
 def cell_flags(g: dict, members: list[dict] | None = None, splits=("dev", "test")) -> list[str]:
-  """Why a cell's numbers are not a result, one phrase each: runs of it that failed, and seeds that scored F1 0 on
-  one of `splits` (of `members`, default all of the cell's runs). [] for a sound cell."""
-  members = g["members"] if members is None else members
+  """Why a cell's numbers are not a result, one phrase each: seeds run twice (`duplicate_text`), runs of it that
+  failed, and seeds that scored F1 0 on one of `splits` (of `members`, default all of the cell's counted runs; seeds
+  run twice only then). [] for a sound cell."""
+  whole, members = members is None, g["members"] if members is None else members
   out = []
   for split in splits:
     zero = [m["seed"] for m in members if zero_f1(m["results"], split)]
     if zero:
       out.append(f"{split} F1 0 in {len(zero)} of {len(members)} seeds ({', '.join(map(str, zero))})")
   if g.get("failed"):
-    seeds = ", ".join(str(r["seed"]) for r in g["failed"])
-    out.append(f"{len(g['failed'])} run{'s' * (len(g['failed']) != 1)} failed (seed{'s' * (len(g['failed']) != 1)} "
-               f"{seeds})")
-  return out
+    out.append(f"{len(g['failed'])} run{'s' * (len(g['failed']) != 1)} failed "
+               f"({seeds_text(r['seed'] for r in g['failed'])})")
+  return out + (duplicate_text(g) if whole else [])
 
 
 def length_buckets(rows: list[dict]) -> tuple[str, ...]:
@@ -210,12 +243,13 @@ def _context(g: dict) -> tuple:
   return (g["dataset"], g["encoder"], g.get("max_len"))
 
 
-def _rope_name(rope: str) -> str:
-  return "RoPE" if rope == "True" else "no RoPE"
+def _rope_name(rope: str, what: str = "RoPE") -> str:
+  """"RoPE", "no RoPE"; a value neither True nor False (missing: "?") is not taken for False."""
+  return {"True": what, "False": f"no {what}", "?": f"{what} unknown"}.get(rope, f"{what}={rope}")
 
 
 def pointer_name(pointer_rope: str) -> str:
-  return "pointer RoPE" if pointer_rope == "True" else "no pointer RoPE"
+  return _rope_name(pointer_rope, "pointer RoPE")
 
 
 def setting_order(value: str) -> tuple:
@@ -393,11 +427,12 @@ def compare(summary: list[dict], *, resamples: int = BOOTSTRAP_RESAMPLES,
   share a seed within a cell, or have no seed in common."""
   rows, skipped = [], []
   pairs = _comparisons(summary)
-  for study in sorted({m.get("study") for g in summary for m in g["members"]}, key=str):
+  for study in sorted({m.get("study") for g in summary for m in g["members"] + g.get("dropped", [])}, key=str):
     family = []
     for a, b, what, keys in pairs:
-      members_a = [m for m in a["members"] if m.get("study") == study]
-      members_b = [m for m in b["members"] if m.get("study") == study]
+      # With the dropped runs: a seed run twice skips the comparison (`_paired_contrast`).
+      members_a = [m for m in a["members"] + a.get("dropped", []) if m.get("study") == study]
+      members_b = [m for m in b["members"] + b.get("dropped", []) if m.get("study") == study]
       if not members_a or not members_b:
         continue
       base = {"study": study, "a": a, "b": b, "what": what, "max_len": a.get("max_len")}

@@ -8,8 +8,8 @@ import statistics
 from .. import sweep
 from . import events
 from .runs import RELATIONS
-from .stats import (ALPHA, BOOTSTRAP_RESAMPLES, INFLUENCE_K, METRICS, SHARE_TOPS, cell_flags, compare, failed_cells,
-                    length_buckets, pooled_by_length, summarize)
+from .stats import (ALPHA, BOOTSTRAP_RESAMPLES, INFLUENCE_K, METRICS, SHARE_TOPS, cell_flags, cell_name, compare,
+                    duplicate_text, failed_cells, length_buckets, pooled_by_length, seeds_text, summarize)
 
 PERCENT = {"dev F1", "dev P", "dev R", "test F1", "test P", "test R"}  # fractions in results.json, shown in %
 
@@ -263,6 +263,14 @@ def skipped_lines(skipped: list[dict], studies=None) -> list[str]:
   return out
 
 
+def _lost_line(name: str, runs: list[dict]) -> str:
+  """A `failed_cells` entry: its runs, their seeds and folders ("failed" alone for a run without config.json)."""
+  if not runs[0].get("config_known", True):
+    return f"- {name}: failed"
+  return (f"- {name}: {len(runs)} run{'s' * (len(runs) != 1)} failed ({seeds_text(r['seed'] for r in runs)}): "
+          + "; ".join(r["run"] for r in runs))
+
+
 def markdown(rows: list[dict], summary: list[dict], *, influence_k: int = INFLUENCE_K,
              resamples: int = BOOTSTRAP_RESAMPLES) -> str:
   parts = ["## Finished runs (mean ± sample std over seeds; F1/P/R in %)", "", groups_table(summary)]
@@ -270,9 +278,15 @@ def markdown(rows: list[dict], summary: list[dict], *, influence_k: int = INFLUE
   parts += [x for n in notes for x in ("", n)]
   lost = failed_cells(rows, summary)
   if lost:
-    parts += ["", "**Flagged**: cells with no finished run (every run failed; see Not finished):", "",
-              *[f"- {name}: {len(runs)} run{'s' * (len(runs) != 1)} failed (seed"
-                f"{'s' * (len(runs) != 1)} {', '.join(str(r['seed']) for r in runs)})" for name, runs in lost]]
+    parts += ["", "**Flagged**: failed runs of no cell above (every run of the cell failed, or the run has no "
+              "config.json; see Not finished):", "", *[_lost_line(name, runs) for name, runs in lost]]
+  twice = [(g, d) for g in summary for d in duplicate_text(g)]
+  if twice:
+    parts += ["", "**Flagged**: seeds run more than once in a cell (the same resolved config and seed, e.g. a "
+              "--config override that undid the swept value). Only the first run of a seed (DIRs as given, then by "
+              "path) counts in n, the means and the figures; a study with two runs of one seed in a cell skips that cell's "
+              "comparisons:", "",
+              *[f"- {g['dataset']}, {g['encoder']}, {cell_name(g)}: {d}" for g, d in twice]]
   if any("variant" in g for g in summary):
     parts += ["", "Cells are runs whose configs (a key an older config.json lacks at today's default, "
               "model.dtype=auto as what it resolved to) differ in the seed only; cells shown alike are told apart "
