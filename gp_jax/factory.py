@@ -7,6 +7,7 @@ Used by training, predict and the benchmarks.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import math
 
@@ -14,17 +15,19 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from gp_jax import runtime, tasks
+from gp_jax import adversarial, optim, runtime, tasks
 from gp_jax.adversarial import Adversarial
-from gp_jax.data import batching
+from gp_jax.data import batching, corpora, sources, tagging
 from gp_jax.data.char_tokenizer import CharTokenizer
 from gp_jax.data.sources import conventions, load_records
 from gp_jax.data.tokenize import HFTokenizer
 from gp_jax.errors import UserError
-from gp_jax.models import bert, pretrained
+from gp_jax.models import bert, pretrained, scratch
 from gp_jax.models.heads import HEADS
+from gp_jax.models.ner import LOSS_KINDS
 from gp_jax.models.scratch import ScratchConfig, ScratchEncoder
 from gp_jax.models.taggers import TAGGERS
+from gp_jax.ops import attention as ops_attention
 from gp_jax.ops import blockwise
 
 log = logging.getLogger(__name__)
@@ -32,6 +35,7 @@ log = logging.getLogger(__name__)
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 DTYPE_CHOICES = ("auto",) + tuple(DTYPES)
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+ENCODERS = ("scratch", "bert")
 
 
 def target_platform(platform: str | None = None) -> str:
@@ -108,7 +112,7 @@ def build_tokenizer(config, train_texts):
     )
   if config.model.encoder == "bert":
     return HFTokenizer(pretrained.resolve(config.model.pretrained), lowercase=config.tokenizer.lowercase)
-  raise UserError(f"model.encoder must be 'scratch' or 'bert', got {config.model.encoder!r}")
+  raise UserError(f"model.encoder must be one of {ENCODERS}, got {config.model.encoder!r}")
 
 
 def encoder_config(config) -> dict | None:
@@ -185,7 +189,7 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
       bcfg = dataclasses.replace(bert.BertConfig.from_hf_dict(hf), **overrides)
       encoder = bert.Bert(bcfg, dtype=dtype, rngs=rngs)
   else:
-    raise UserError(f"model.encoder must be 'scratch' or 'bert', got {m.encoder!r}")
+    raise UserError(f"model.encoder must be one of {ENCODERS}, got {m.encoder!r}")
   return tasks.of(spec).build_model(encoder, spec, tuple(labels), num_types=num_types,
                                     feature_names=tokenizer.feature_names, dtype=dtype, rngs=rngs)
 
@@ -381,10 +385,47 @@ def _rates(config) -> None:
       raise UserError(f"optimizer.{key}={rate}: expected a finite learning rate >= 0")
 
 
+def choices(config) -> dict[str, tuple]:
+  """Each key of `config` that takes one of a set of names -> the names it accepts (for this encoder and head)."""
+  m = config.model
+  out = {"model.head": tuple(HEADS) + tuple(TAGGERS), "model.encoder": ENCODERS,
+         "model.attention": ops_attention.IMPLEMENTATIONS, "model.dropout_bits": runtime.DROPOUT_BITS,
+         "loss.kind": LOSS_KINDS, "loss.implementation": blockwise.IMPLEMENTATIONS, "optimizer.decay": optim.DECAYS,
+         "optimizer.update_impl": optim.UPDATES, "adversarial.kind": adversarial.ADVERSARIAL_KINDS,
+         "data.name": (corpora.NAMES + tuple(sources.SYNTHETIC_CORPORA) + sources.USER_FORMATS)}
+  if m.get("encoder") == "scratch":
+    out.update({"model.block": scratch.BLOCKS, "model.conv_impl": scratch.CONV_IMPLS})
+  if m.get("encoder") == "bert":
+    out["model.kernels"] = bert.KERNELS
+  return out
+
+
+def check_choices(config) -> None:
+  """UserError, in one line, for the first key of `choices` whose value is not one of its names (keys an older
+  config.json lacks are skipped); taggers: `model.tag_scheme` too."""
+  for key, names in choices(config).items():
+    section, _, field = key.partition(".")
+    if section not in config or field not in config[section]:
+      continue
+    value = config[section][field]
+    if value not in names:
+      close = difflib.get_close_matches(str(value), [str(n) for n in names], n=1)
+      hint = f" (did you mean {close[0]!r}?)" if close else ""
+      raise UserError(f"{key}={value!r}: expected one of {', '.join(map(str, names))}{hint}")
+  scheme = config.model.get("tag_scheme", "BIO")
+  if config.model.get("head") in TAGGERS:
+    try:
+      tagging.normalize_scheme(str(scheme))
+    except ValueError:
+      raise UserError(f"model.tag_scheme={scheme!r}: the tagger heads take {' or '.join(tagging.SCHEMES)} (IOB2 and "
+                      "IOBES are read as these)") from None
+
+
 def run_spec(config, platform: str | None = None) -> RunSpec:
   """The run spec of `config` for the target `platform` (default: this machine's backend): the one place the
   trainer's, the steps' and the compiler's settings are read from the ConfigDict. Keys an older workdir's
   config.json lacks take the base config's defaults."""
+  check_choices(config)
   _rates(config)
   policy = precision(config, platform)
   m, d = config.model, config.data

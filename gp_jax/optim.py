@@ -25,6 +25,7 @@ from gp_jax import sharding as shd
 from gp_jax.errors import UserError
 
 UPDATES = ("auto", "fused", "optax")
+DECAYS = ("linear", "cosine", "constant")
 FUSED_ON = ("cuda",)  # where "auto" takes the fused update (docs/benchmarks/gpu_compiled.md)
 
 
@@ -38,7 +39,7 @@ def make_schedule(opt_cfg, peak: float, total_steps: int):
   elif opt_cfg.decay == "constant":
     after = optax.constant_schedule(peak)
   else:
-    raise UserError(f"optimizer.decay must be linear, cosine or constant, got {opt_cfg.decay!r}")
+    raise UserError(f"optimizer.decay must be one of {DECAYS}, got {opt_cfg.decay!r}")
   if warmup == 0:
     return after
   return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), after], [warmup])

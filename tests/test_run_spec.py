@@ -125,9 +125,52 @@ def test_unknown_choices_and_a_mesh_past_the_devices_are_user_errors():
   """Their messages named the key already; raised as ValueError they reached the user as tracebacks."""
   with pytest.raises(UserError, match="model.dtype must be one of"):
     factory.run_spec(ht.tiny_config(**{"model.dtype": "float8"}), "cpu")
-  with pytest.raises(UserError, match="optimizer.decay must be linear, cosine or constant"):
+  with pytest.raises(UserError, match=r"optimizer.decay must be one of \('linear', 'cosine', 'constant'\)"):
     optim.make_schedule(ht.tiny_config(**{"optimizer.decay": "step"}).optimizer, 1e-3, 10)
   with pytest.raises(UserError, match=r"mesh data=3 x fsdp=1 does not match 8 devices"):
     shd.make_mesh(3, 1, devices=[object()] * 8)
-  with pytest.raises(UserError, match="model.encoder must be 'scratch' or 'bert'"):
+  with pytest.raises(UserError, match=r"model.encoder must be one of \('scratch', 'bert'\)"):
     factory.build_tokenizer(ht.tiny_config(**{"model.encoder": "lstm"}), ["ab"])
+
+
+# Each value below reached the user as a traceback mid-run (attention, tag scheme), trained on as if it were the
+# default (loss.implementation, model.kernels) or failed only after data and compile (head, loss kind): a dry run
+# (`launch.points.config_problem`) let every one through.
+BAD_CHOICES = [("model.head", "nosuchhead", None), ("model.head", "eficient", "efficient"),
+               ("model.encoder", "lstm", None), ("model.attention", "flash", None),
+               ("model.dropout_bits", "philox", None), ("loss.kind", "bce", None),
+               ("loss.implementation", "triton", None), ("optimizer.decay", "step", None),
+               ("optimizer.update_impl", "adam", None), ("adversarial.kind", "fgsm", "fgm"),
+               ("data.name", "msra2", "msra"), ("model.block", "relu", None)]
+
+
+@pytest.mark.parametrize("key, value, close", BAD_CHOICES)
+def test_a_name_outside_a_keys_choices_is_refused_before_the_run(key, value, close):
+  hint = rf" \(did you mean '{close}'\?\)" if close else ""
+  with pytest.raises(UserError, match=rf"^{key.replace('.', '[.]')}='{value}': expected one of [^\n]+{hint}$"):
+    factory.run_spec(ht.tiny_config(**{key: value}), "cpu")
+
+
+def test_every_listed_choice_passes_the_check():
+  config = ht.tiny_config()
+  for key, names in factory.choices(config).items():
+    for name in names:
+      factory.check_choices(ht.tiny_config(**{key: name}))
+  bert = ht.tiny_config(**{"model.encoder": "bert", "model.kernels": "fused"})
+  with pytest.raises(UserError, match="^model[.]kernels='cutlass': expected one of auto, fused, reference$"):
+    factory.check_choices(ht.tiny_config(**{"model.encoder": "bert", "model.kernels": "cutlass"}))
+  factory.check_choices(bert)
+  assert set(factory.choices(config)["model.head"]) == {"standard", "efficient", "crf", "softmax"}
+  assert {"jsonl", "conll", "synthetic", "msra", "phee"} <= set(factory.choices(config)["data.name"])
+
+
+@pytest.mark.parametrize("scheme, ok", [("BIO", True), ("iob2", True), ("BIOES", True), ("BMES", False),
+                                        ("IOB1", False), ("nosuch", False)])
+def test_a_tagger_takes_bio_or_bioes_only(scheme, ok):
+  config = ht.tiny_config(**{"model.head": "crf", "model.tag_scheme": scheme})
+  if ok:
+    factory.check_choices(config)
+  else:
+    with pytest.raises(UserError, match=f"^model[.]tag_scheme='{scheme}': the tagger heads take BIO or BIOES"):
+      factory.check_choices(config)
+  factory.check_choices(ht.tiny_config(**{"model.tag_scheme": "nosuch"}))  # a span head never reads it

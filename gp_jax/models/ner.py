@@ -10,6 +10,8 @@ from flax import nnx
 from gp_jax.errors import UserError
 from gp_jax.ops import span_mask, zlpr_loss
 
+LOSS_KINDS = ("sparse_zlpr", "zlpr")  # loss.kind
+
 
 class NerModel(nnx.Module):
   """Token encoder followed by a head. The head interface used by training and evaluation:
@@ -58,7 +60,7 @@ class NerModel(nnx.Module):
       logits_BHLL = self.head(hidden_BLD, batch["span_mask"], positions=batch["positions"])
       return zlpr_loss(logits_BHLL, labels=dense_labels(batch["span_ids"], logits_BHLL.shape),
                        mask=span_mask(batch["span_mask"], max_span_width=self.head.max_span_width))
-    raise UserError(f"loss.kind must be 'sparse_zlpr' or 'zlpr', got {loss_kind!r}")
+    raise UserError(f"loss.kind must be one of {LOSS_KINDS}, got {loss_kind!r}")
 
   def decode_hits(self, batch, *, size: int, block_size: int | None = None, threshold=0.0, hit_sharding=None):
     """Span heads keep cells with score > threshold; taggers ignore it."""

@@ -26,6 +26,7 @@ from gp_jax.ops.losses import _log1p_sum_exp
 
 
 _STEP_CELLS = 1 << 21  # banded: row blocks per loop step so that a step holds about this many scores
+IMPLEMENTATIONS = ("auto", "xla", "pallas")  # loss.implementation
 # Platforms where the Pallas kernel was timed faster than the XLA op ("auto" picks it there): none yet, the kernel
 # has only run interpreted on CPU and been lowered (not compiled) for TPU; see docs/benchmarks.md.
 PALLAS_FASTER_ON: frozenset[str] = frozenset()
@@ -404,7 +405,7 @@ def _positives(q_BLHD, k_BLHD, span_ids_BHK, attention_mask, start_bias_BHL, end
 
 
 def _use_pallas(implementation: str) -> bool:
-  if implementation not in ("auto", "xla", "pallas"):
+  if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"implementation must be 'auto', 'xla' or 'pallas', got {implementation!r}")
   # auto: decided on the tracing machine's backend, the only one the op can know; the model resolves "auto" for
   # its target platform before it gets here (factory.build_model).
