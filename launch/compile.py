@@ -30,8 +30,9 @@ off. What compiling proves and what not: docs/tpu.md section 11; for GPUs docs/b
 here".
 
 Exit status 0 when every line fits; 2 when one does not, the reason named (HBM, VMEM with the kernel and its block
-size, a Mosaic lowering error, or a config the trainer refuses on that slice); 1 on an unexpected error (its
-traceback on stderr).
+size, a Mosaic lowering error, or a config the trainer refuses on that slice), or when the command line or the
+experiment is refused (one `error:` line); 1 when the compiler is not installed (one line naming the fix) or on an
+unexpected error (its traceback on stderr).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from importlib import metadata
 
 from gp_jax import runtime  # jax-free at import, as launch.accelerators needs it
 
-from . import prog
+from . import prog, sweep
 from .accelerators import (accelerator_slice, gpu_compiler_missing, gpu_memory_fraction, install_gpu_compiler,
                            libtpu_missing, use_cpu)
 # tests/test_hlo_traffic.py takes the compile-only devices from here.
@@ -55,6 +56,7 @@ from .points import NUM_TYPES, SCRATCH_VOCAB, STEPS, sweep_points
 # computes on the CPU whatever libtpu or GPU plugin is installed.
 
 EXIT_FITS, EXIT_ERROR, EXIT_DOES_NOT_FIT = 0, 1, 2
+EXIT_USAGE = EXIT_DOES_NOT_FIT  # a refused command line or experiment: the sweep cannot be built as given
 
 
 def versions(platform: str = "tpu") -> str:
@@ -111,7 +113,7 @@ def main(argv=None) -> int:
       gpu_memory_fraction()  # a bad XLA_PYTHON_CLIENT_MEM_FRACTION is an error line here, not a traceback later
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
-    return EXIT_ERROR
+    return EXIT_USAGE
   missing = gpu_compiler_missing() if s.platform == "cuda" else libtpu_missing()
   if missing:
     print(missing, file=sys.stderr)
@@ -131,9 +133,13 @@ def main(argv=None) -> int:
     if not steps or set(steps) - set(STEPS):
       raise ValueError(f"--steps takes a comma list of {', '.join(STEPS)}, got {args.steps!r}")
     points = sweep_points(args.config, extra=args.extra, points=args.points)
-  except (ValueError, FileNotFoundError) as e:
+    path, colon, arg = args.config.partition(":")
+    overridden = sweep.swept_overrides(path, sweep.checked_points(path, arg if colon else None), args.extra)
+  except (ValueError, FileNotFoundError) as e:  # UserError is a ValueError
     print(f"error: {e}", file=sys.stderr)
-    return EXIT_ERROR
+    return EXIT_USAGE
+  if overridden:  # no run folders here: compiled as asked, the names keep the swept values
+    print(f"note: {overridden}", file=sys.stderr, flush=True)
   print(f"{s.describe()}; {len(points)} point{'s' * (len(points) != 1)} of {args.config}; {versions(s.platform)}",
         flush=True)
   compiler = compiler_lib.Compiler(s, mesh_sizes=mesh_sizes, buckets=args.buckets, steps=steps,

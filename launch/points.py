@@ -29,15 +29,22 @@ class Point:
 
 
 def sweep_points(config_spec: str, *, extra=(), points: str = "all") -> list[Point]:
-  """The chosen points of `config_spec`'s sweep (one point when it has none), configs as `gp_jax.main` builds them."""
-  runs = sweep.expand(config_spec, "compile", extra=list(extra))
+  """The chosen points of `config_spec`'s sweep (one point when it has none), configs as `gp_jax.main` builds them;
+  UserError, in one line, for a config that does not build."""
+  runs = sweep.expand(config_spec, "compile", extra=list(extra), preview=True)
   if points != "all":
     chosen = [int(i) for i in points.split(",") if i.strip()]
     bad = [i for i in chosen if not 0 <= i < len(runs)]
     if bad:
-      raise ValueError(f"--points {bad} out of range: the sweep has {len(runs)} points (0 ... {len(runs) - 1})")
+      raise UserError(f"--points {bad} out of range: the sweep has {len(runs)} points (0 ... {len(runs) - 1})")
     runs = [runs[i] for i in chosen]
-  return [Point(r.name, worker.load_config(r)) for r in runs]
+  out = []
+  for r in runs:
+    try:
+      out.append(Point(r.name, worker.load_config(r)))
+    except Exception as e:  # pylint: disable=broad-except
+      raise UserError(f"{r.name}: {_build_error(e, r)}") from e
+  return out
 
 
 def program_key(config) -> str:

@@ -98,15 +98,59 @@ def join(root: str, name: str) -> str:
   return posixpath.join(root.rstrip("/"), name) if "://" in root else os.path.join(root, name)
 
 
+def _flag_key(arg: str) -> str | None:
+  """The config key an extra flag sets ("--config.a.b=v" / "--config.a.b" -> "config.a.b"), else None."""
+  if not arg.startswith("--config."):
+    return None
+  return arg[2:].partition("=")[0]
+
+
+def checked_points(path: str, arg: str | None) -> list[dict]:
+  """get_sweep(arg)'s points, each a dict of "config.key" -> value ([{}] for an experiment without points); UserError
+  for an entry that is not such a dict."""
+  points = sweep_points(load_module(path), arg) or [{}]
+  for i, point in enumerate(points):
+    if not isinstance(point, dict) or not all(isinstance(k, str) for k in point):
+      raise UserError(f"{path}: get_sweep({arg!r}) entry {i} is {type(point).__name__} {point!r:.60}; expected a "
+                      "dict of 'config.key': value")
+  return points
+
+
+def swept_overrides(path: str, points: list[dict], extra) -> str | None:
+  """Why the `extra` flags may not run with `points`: one sets a key the points sweep, which would override the swept
+  value in every point while each run keeps its swept name; None when none does."""
+  swept = {k for p in points for k in p}
+  clash = sorted({k for k in map(_flag_key, extra) if k in swept})
+  if not clash:
+    return None
+  values = sorted({_value(p[clash[0]]) for p in points if clash[0] in p})
+  return (f"--{clash[0]} is swept by {path}'s points ({', '.join(values)}): a flag after '--' would set it in every "
+          "point while each keeps its swept name; drop the flag or the key from get_sweep"
+          + (f" (also: {', '.join(clash[1:])})" if clash[1:] else ""))
+
+
+def check_root(workdir_root: str) -> None:
+  """UserError when a local sweep root exists and is not a folder."""
+  if "://" not in workdir_root and os.path.exists(workdir_root) and not os.path.isdir(workdir_root):
+    raise UserError(f"--workdir {workdir_root} is a file; expected a folder (the sweep's root) or a path not yet made")
+
+
 def expand(config_spec: str, workdir_root: str, *, extra=(), python: str = sys.executable,
-           command_config: str | None = None) -> list[Run]:
+           command_config: str | None = None, preview: bool = False) -> list[Run]:
   """`config_spec` is "path.py" or "path.py:arg"; one Run per get_sweep(arg) entry (one run if it is empty).
 
   `command_config` is the --config value written into the commands (default `config_spec`), e.g. a path
-  relative to the repository for remote hosts.
+  relative to the repository for remote hosts. UserError for a bad point (`checked_points`), a flag that overrides a
+  swept key (`swept_overrides`) and a local `workdir_root` that is a file; with `preview` (`launch.compile`: no run
+  folders, `workdir_root` a placeholder) the flag is the caller's to report.
   """
   path, _, arg = config_spec.partition(":")
-  points = sweep_points(load_module(path), arg if ":" in config_spec else None) or [{}]
+  points = checked_points(path, arg if ":" in config_spec else None)
+  if not preview:
+    check_root(workdir_root)
+    clash = swept_overrides(path, points, extra)
+    if clash:
+      raise UserError(clash)
   short = short_keys(k for p in points for k in p)
   runs, seen = [], {}
   for overrides in points:

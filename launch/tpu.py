@@ -127,7 +127,8 @@ def preflight_command(args, python: str = sys.executable) -> list[str]:
 
 def preflight(args, repo: str) -> int:
   """0 when every point compiles and fits (or libtpu is absent: one line says so), else launch.compile's status
-  (2: a point does not fit, 1: the check itself failed). Its table goes to stdout line by line."""
+  (2: a point does not fit or the sweep was refused, 1: the check itself failed). Its table goes to stdout line by
+  line."""
   missing = accelerators.libtpu_missing()
   if missing:
     print(f"preflight skipped: {missing}", flush=True)
@@ -141,7 +142,7 @@ def preflight(args, repo: str) -> int:
       print(line, end="", flush=True)
       if ": does not fit: " in line or ": error: " in line:
         failed.append(line.rstrip("\n"))
-  if proc.returncode == compile_lib.EXIT_DOES_NOT_FIT:
+  if proc.returncode == compile_lib.EXIT_DOES_NOT_FIT and failed:
     target = preflight_type(args.accelerator_type, args.hosts_per_point)
     print(f"refused: {len(failed)} step(s) of the sweep do not fit on {target}; nothing was shipped "
           "(fix them, or --nopreflight to launch anyway):", file=sys.stderr)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import shlex
 
+from gp_jax.errors import UserError
+
 from . import module_name
 
 LOG_COPY_EVERY_S = 300  # workers.sh: copy the running worker's log into WORKDIR/_launch/logs this often
@@ -54,7 +56,7 @@ WORKER_RESTARTS = 5  # a crashed worker (not "nothing left", not preempted) is r
 def default_runtime(accelerator_type: str) -> str:
   family = accelerator_type.split("-")[0]
   if family not in RUNTIMES:
-    raise ValueError(f"no default --runtime_version for {accelerator_type}; pass one")
+    raise UserError(f"no default --runtime_version for {accelerator_type}; pass one")
   return RUNTIMES[family]
 
 
@@ -86,7 +88,7 @@ def host_as_slice_env(accelerator_type: str) -> dict[str, str]:
   family = accelerator_type.split("-")[0]
   host_type = {"v4": "v4-8", "v5litepod": "v5litepod-4"}.get(family)
   if host_type is None:
-    raise ValueError(f"--hosts_per_point=1 knows v4 and v5litepod hosts, not {accelerator_type}")
+    raise UserError(f"--hosts_per_point=1 knows v4 and v5litepod hosts, not {accelerator_type}")
   return {"TPU_SKIP_MDS_QUERY": "1", "TPU_ACCELERATOR_TYPE": host_type, "TPU_HOST_BOUNDS": "1,1,1",
           "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1", "TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0"}
 
@@ -205,7 +207,7 @@ def _rel_config(config: str, repo: str) -> str:
   path, colon, arg = config.partition(":")
   rel = os.path.relpath(os.path.abspath(path), repo)
   if rel.startswith(".."):
-    raise ValueError(f"--config {path} is outside the repository {repo}; only files in the repo are shipped")
+    raise UserError(f"--config {path} is outside the repository {repo}; only files in the repo are shipped")
   return rel.replace(os.sep, "/") + colon + arg
 
 

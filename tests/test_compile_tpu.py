@@ -149,16 +149,16 @@ def test_a_point_that_cannot_fit_exits_2_and_the_dry_run_refuses(tmp_path, capfd
     assert float(m.group(1)) < float(m.group(2)), lines[-1]
   assert lines[2].startswith("quick/head=standard train L64 B1048576: does not fit: HBM: ")
 
-  # The extra head flag comes after each point's own: both points build one program, compiled once (train, eval) and
-  # reported for each point.
-  args = ["run", "--tpu=pod", "--zone=z", f"--config={SYNTHETIC}", f"--workdir={tmp_path}", "--accelerator_type=v4-32",
-          "--hosts_per_point=1", "--dry_run", "--", *HUGE_BATCH, "--config.model.head=standard"]
+  # Two seeds build one program, compiled once (train, eval) and reported for each point.
+  seeds = os.path.join(REPO, "tests", "sweeps", "seeds.py") + ":quick"
+  args = ["run", "--tpu=pod", "--zone=z", f"--config={seeds}", f"--workdir={tmp_path}", "--accelerator_type=v4-32",
+          "--hosts_per_point=1", "--dry_run", "--", *HUGE_BATCH]
   assert tpu.main(args) == 2
   captured = capfd.readouterr()
-  assert f"preflight: -m launch.compile --config={SYNTHETIC} --accelerator_type=v4-8 --" in captured.out
+  assert f"preflight: -m launch.compile --config={seeds} --accelerator_type=v4-8 --" in captured.out
   assert "v4-8: topology v4:2x2x1" in captured.out and "compiled 2 programs in " in captured.out
   assert "refused: 4 step(s) of the sweep do not fit on v4-8" in captured.err
-  assert "quick/head=efficient eval L64 B1048576: does not fit: HBM" in captured.err
+  assert "quick/seed=1 eval L64 B1048576: does not fit: HBM" in captured.err
   assert "gcloud" not in captured.out and "git archive" not in captured.out  # nothing shipped, nothing printed
 
 

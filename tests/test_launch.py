@@ -425,10 +425,9 @@ def test_workers_script_runs_points_skipping_finished(tmp_path):
 
 @pytest.mark.e2e  # the preflight runs launch.compile (libtpu)
 def test_tpu_dry_run_prints_commands(tmp_path, capsys):
-  config = "experiments/synthetic.py:quick"
-  # The extra head flag comes after each point's own: both points build one program, which the preflight compiles
-  # once (train and eval) instead of twice.
-  extra = ["--config.num_epochs=1", "--config.model.head=standard"]
+  config = "tests/sweeps/seeds.py:quick"
+  # Two seeds build one program, which the preflight compiles once (train and eval) instead of twice.
+  extra = ["--config.num_epochs=1"]
 
   def head():
     return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,
@@ -454,7 +453,7 @@ def test_tpu_dry_run_prints_commands(tmp_path, capsys):
   script = captured.out.split(f"--- {script_file}:\n")[1].split(f"--- end of {script_file}")[0]
   assert script == tpu_commands.worker_script(sha=sha, slice_name="pod", config=config, workdir="/local/runs",
                                               extra=extra, python="~/gp_venv/bin/python")
-  assert "compiled 2 programs" in captured.out and "same program as quick/head=standard" in captured.out, captured.out
+  assert "compiled 2 programs" in captured.out and "same program as quick/seed=0" in captured.out, captured.out
   assert f"{len(sweep.expand(os.path.join(REPO, config), '/local/runs'))} points, code HEAD = {sha}" in captured.out
 
 
