@@ -205,6 +205,10 @@ class StepLog:
     if self.bar is not None:
       self.bar.update(size)
 
+  def start(self) -> None:
+    """The training clock starts now (after the programs are compiled)."""
+    self.t_log = time.time()
+
   def pause(self, seconds: float) -> None:
     self.t_log += seconds
 

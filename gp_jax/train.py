@@ -356,6 +356,7 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
   if run.is_main and loop.bar is None:  # without a bar, the log says how far and how fast
     loop.progress = reporting.Progress(ts.total_steps, start=loop.first,
                                        every_s=float(run.config.get("progress_log_seconds", 30.0)))
+  loop.steps.start()
   try:
     with runtime.Preemption() as preemption:
       for fed in batches:
