@@ -94,7 +94,7 @@ def main(argv):
                                **({"num_processes": config.num_processes, "process_id": config.process_id}
                                   if config.coordinator_address else {}))
   else:  # one process; several stop through the coordination service (runtime.Preemption)
-    runtime.stop_at_once_on_sigint()
+    runtime.stop_at_once_on_signals()
   try:
     with lease.hold_run(_WORKDIR.value):
       summary = train.train_and_evaluate(config, _WORKDIR.value)

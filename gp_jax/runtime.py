@@ -23,8 +23,9 @@ SIGINT (Ctrl-C) handling.
 - dropout bits: `model.dropout_bits` (factory.resolve_dropout_bits); `dropout_bits()` is the fallback for a model
   built without the config.
 - signals (one process): in the training loop SIGTERM and Ctrl-C save a checkpoint at the step and stop
-  (`Preemption`); elsewhere, and at a second Ctrl-C, Ctrl-C stops at once (`stop_at_once_on_sigint`, `stop_now`):
-  results.json says "preempted" either way, and `gp_jax.main` exits 130 with one line.
+  (`Preemption`); elsewhere (data, compile, the final evaluation), and at a second Ctrl-C, they stop at once
+  (`stop_at_once_on_signals`, `stop_now`): results.json says "preempted" either way, and `gp_jax.main` exits with
+  one line, 130 after Ctrl-C, 0 after SIGTERM (as a run that saved at SIGTERM does: a launcher reads results.json).
 
 Measurements behind these choices: docs/design.md ("Process settings") and docs/benchmarks/compile_cache.md.
 """
@@ -352,9 +353,9 @@ def _exit_at_once(signum, frame) -> None:
   os._exit(EXIT_INTERRUPTED)
 
 
-def stop_now(name: str, message: str) -> None:
+def stop_now(name: str, message: str, *, code: int = EXIT_INTERRUPTED) -> None:
   """Ends the process at once: each `on_stop` callback (newest first) with the signal's name, then `message` as one
-  line on stderr, then exit 130. Threads (compiles, a save in flight) are not waited for; a Ctrl-C meanwhile ends
+  line on stderr, then exit `code`. Threads (compiles, a save in flight) are not waited for; a Ctrl-C meanwhile ends
   the process without the rest."""
   try:
     signal.signal(signal.SIGINT, _exit_at_once)
@@ -371,7 +372,7 @@ def stop_now(name: str, message: str) -> None:
     except Exception:  # pylint: disable=broad-except  # a write this handler interrupted, or no stream
       pass
   os.write(2, f"\ninterrupted: {message}\n".encode())
-  os._exit(EXIT_INTERRUPTED)
+  os._exit(code)
 
 
 def _sigint_at_once(signum, frame) -> None:
@@ -379,10 +380,16 @@ def _sigint_at_once(signum, frame) -> None:
                      "the last checkpoint, if any")
 
 
-def stop_at_once_on_sigint() -> None:
-  """`gp_jax.main` with one process: Ctrl-C stops at once (`stop_now`) wherever `Preemption` does not turn it into a
-  checkpoint: before the first step (data, compile) and after the loop (final evaluation)."""
+def _sigterm_at_once(signum, frame) -> None:
+  stop_now("SIGTERM", "SIGTERM outside the training steps; stopped at once. Rerun the same command to continue from "
+                      "the last checkpoint, if any", code=0)
+
+
+def stop_at_once_on_signals() -> None:
+  """`gp_jax.main` with one process: Ctrl-C and SIGTERM stop at once (`stop_now`) wherever `Preemption` does not turn
+  them into a checkpoint: before the first step (data, compile) and after the loop (final evaluation)."""
   signal.signal(signal.SIGINT, _sigint_at_once)
+  signal.signal(signal.SIGTERM, _sigterm_at_once)
 
 
 @contextlib.contextmanager

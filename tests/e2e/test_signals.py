@@ -1,6 +1,6 @@
 """Ctrl-C and crashes through `python -m gp_jax.main` (tests/fault_main.py where a run must wait somewhere): SIGINT
 in the loop saves that step's checkpoint, results.json says "preempted" and the process exits 130 with one line;
-before the first step, and at a second Ctrl-C, it stops at once; a SIGKILLed run's workdir is taken over at once by
+before the first step (SIGTERM too), and at a second Ctrl-C, it stops at once; a SIGKILLed run's workdir is taken over at once by
 the next run, and nothing is written beside the workdir."""
 
 import json
@@ -9,6 +9,8 @@ import re
 import signal
 import subprocess
 import sys
+
+import pytest
 
 from gp_jax import checkpoint as ckpt_lib
 from gp_jax import storage
@@ -75,20 +77,21 @@ def test_sigint_in_the_loop_saves_that_step_and_exits_130(tmp_path):
   assert step == saved and int(state["step"]) == saved
 
 
-def test_sigint_before_the_first_step_stops_at_once(tmp_path):
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+def test_a_signal_before_the_first_step_stops_at_once(tmp_path, sig, code):
   """The run waits on a compile that never ends (on a thread pool, as aot.compile_all does): only a stop at once
-  ends it."""
+  ends it. SIGTERM (a launcher's stop) was the default action there: no results.json, the point read as failed."""
   workdir = str(tmp_path / "run")
   proc, watcher = _start(workdir, faults={"block_in": "compile"})
   _wait(proc, watcher, "BLOCKED in compile")
-  proc.send_signal(signal.SIGINT)
+  proc.send_signal(sig)
   rc = _exit_status(proc, timeout=60)
   out = watcher.text()
-  assert rc == 130, out[-4000:]
+  assert rc == code, out[-4000:]
   assert "stopped at once" in _interrupted_line(out)
   assert "first step after" not in out
   results = _results(workdir)
-  assert (results["status"], results["signal"], results["stopped_at_once"]) == ("preempted", "SIGINT", True)
+  assert (results["status"], results["signal"], results["stopped_at_once"]) == ("preempted", sig.name, True)
   assert "error" not in results
   assert not ckpt_lib.finalised_steps(storage.path(workdir) / "ckpt")
 
