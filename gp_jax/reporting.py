@@ -190,7 +190,7 @@ class StepLog:
     self.run_tokens, self.run_seconds = 0, 0.0
     self.t_log = time.time()
     self.pending = self.logged = None
-    self.last_dev = None
+    self.last_dev = self.last_rates = None
 
   def count(self, tokens: int, examples: int) -> None:
     """Real tokens and examples of this process's rows in the call just dispatched."""
@@ -217,7 +217,8 @@ class StepLog:
     if self.pending is None:
       return
     end, n, metrics = self.pending
-    rates = None
+    # The call's tokens went to the window a write at its dispatch closed: its last step keeps that window's rates.
+    rates = self.last_rates if last and self.tokens == 0 else None
     for s in range(end - n + 1, end + 1):
       if (s % self.log_every == 0 or (last and s == end)) and s != self.logged:
         rates = self.write(s, at_step(metrics, n - 1 - (end - s), n), rates)
@@ -250,5 +251,5 @@ class StepLog:
       self.bar.set_postfix(loss=f"{loss:.4f}", dev_f1=dev)
     self.tokens = self.examples = 0
     self.t_log = time.time()
-    self.logged = step
+    self.logged, self.last_rates = step, rates
     return rates

@@ -2,6 +2,7 @@
 returns; the per-type F1 and config lines of the training log."""
 
 import logging
+import types
 
 from gp_jax import reporting
 
@@ -57,3 +58,28 @@ def test_per_type_line_and_config_lines():
   assert reporting.per_type_line({}) == "(no types)"
   lines = reporting.config_lines('{"b": {"c": [1, 2]}, "a": "x y"}', "Spec(k=1)")
   assert lines == ['Config: {"b":{"c":[1,2]},"a":"x y"}', "Run spec (resolved): Spec(k=1)"]
+
+
+class _Writer:
+  def __init__(self):
+    self.lines = []
+
+  def write(self, step, split, values):
+    self.lines.append((step, split, values))
+
+
+def test_a_run_stopped_right_after_a_logged_step_keeps_its_rate():
+  """Preempted at step 11 with log_every 10: step 10's line, written at step 11's dispatch, took step 11's tokens, and
+  step 11's own line read "0 tokens/s"; it now has the rate of the window that holds its tokens."""
+  ts = types.SimpleNamespace(lr_schedule=lambda step: 1e-3, train_it=types.SimpleNamespace(steps_per_epoch=100))
+  writer = _Writer()
+  log = reporting.StepLog(ts, writer, 10, None)
+  log.start()
+  for step in range(1, 12):
+    log.count(tokens=640, examples=16)
+    log.dispatched(step, {"loss": 1.0 / step, "grad_norm": 1.0})
+  log.flush()
+  assert [s for s, _, _ in writer.lines] == [10, 11]
+  rates = [v["tokens_per_s"] for _, _, v in writer.lines]
+  assert rates[0] > 0 and rates[1] == rates[0]
+  assert log.run_tokens == 11 * 640  # every call's tokens counted once
