@@ -13,9 +13,10 @@ names the last finished checkpoint, which a rerun resumes from).
 A second live run on the same DIR refuses to start (exit 2, naming the holder): a local DIR is held by an flock on
 DIR/run.lock, which the OS releases when the run ends however it ends; under a sweep root the run also holds the
 workers' lease of DIR, and on gs:// that lease alone (gp_jax/lease.py).
-SIGTERM saves a checkpoint at the current step and exits 0; Ctrl-C (SIGINT) does the same and exits 130, and before
-the first step (or after the last) it stops at once; a second Ctrl-C stops at once. results.json says "preempted"
-in each case, and a rerun resumes from the last checkpoint.
+SIGTERM saves a checkpoint at the current step and exits 0; Ctrl-C (SIGINT) does the same and exits 130. Before the
+first step (data, compile) or after the last (final evaluation) either stops at once, with the same exit status; a
+second Ctrl-C stops at once. results.json says "preempted" in each case, and a rerun resumes from the last
+checkpoint.
 """
 
 import atexit
