@@ -7,12 +7,13 @@
 
 Each point gets the folder WORKDIR/<arg or "default">/<overrides> (see launch/sweep.py). Points whose
 results.json says "finished" are skipped; the others (preempted, failed, never started) are run with the
-same command, which resumes from their last checkpoint. So after a crash or a SIGTERM, rerun the same line.
+same command, which resumes from their last checkpoint. So after a crash or a SIGTERM, rerun the same line. The final
+summary names each failed point's reason (its last error line, else results.json's "error").
 
 --dry_run runs nothing: it lists each point's status and command, then builds each unfinished point's config as
 the run would (the experiment's get_config, the --config.k=v overrides, the trainer's run spec, a config.json the
 point's folder already holds) and prints one `error: POINT: WHY` line per point that would stop before its first
-step (exit status 2 when there is one).
+step, one `error: N points (...): WHY` line for points that share a reason (exit status 2 when there is one).
 
 SIGTERM or Ctrl-C to this process is passed to the running point as SIGTERM (it saves a checkpoint and stops) and no
 further points start. WORKDIR may be a gs:// path (results are read through etils.epath).
@@ -23,7 +24,7 @@ With --workers=N, N sweep workers (`python -m launch.worker`, one JAX process ea
 CPU devices each through XLA_FLAGS) share the points through leases in WORKDIR/_launch/ (a fake pod of N
 single-host slices): each claims the next free point, trains it in-process and claims again; a killed worker's
 point is taken over by another once its lease is stale (GP_JAX_LEASE_HEARTBEAT_S x GP_JAX_LEASE_STALE_BEATS).
-Worker logs: WORKDIR/_launch/logs/local-w<i>.log. Exit status 0 when every point finished, else 1.
+Worker logs: WORKDIR/_launch/logs/local-w<i>.log. Exit status 0 when every point (--only's) finished, else 1.
 On a GPU machine, --gpus_per_worker=K gives worker i its own K GPUs (CUDA_VISIBLE_DEVICES: the i-th K of those
 visible, CUDA_VISIBLE_DEVICES or the driver's list), so that N workers neither share a GPU nor each take 75% of every
 GPU's memory (JAX's allocator): 8 GPUs, --workers=8 --gpus_per_worker=1 trains eight points at once.
@@ -32,6 +33,7 @@ GPU's memory (JAX's allocator): 8 GPUs, --workers=8 --gpus_per_worker=1 trains e
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
 import re
 import shutil
@@ -39,8 +41,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 from gp_jax import storage
+from gp_jax.errors import UserError
 
 from . import command, module_name, prog, sweep, user_errors_exit_2
 
@@ -51,10 +55,11 @@ from . import command, module_name, prog, sweep, user_errors_exit_2
 _ACTION = {sweep.FINISHED: "skipped", sweep.MISSING: "new"}
 
 
-def summary_lines(rows: list[tuple[str, str, str, str]]) -> list[str]:
-  """rows: (name, status before, action, status after) -> a small table and one count line."""
+def summary_lines(rows: list[tuple[str, str, str, str, str]]) -> list[str]:
+  """rows: (name, status before, action, status after, why it failed or "") -> a small table and one count line."""
   width = max(len(r[0]) for r in rows)
-  out = [f"  {n:<{width}}  {before:>9} -> {action:<7} -> {after}" for n, before, action, after in rows]
+  out = [f"  {n:<{width}}  {before:>9} -> {action:<7} -> {after}" + (f": {why}" if why else "")
+         for n, before, action, after, why in rows]
   after = [r[3] for r in rows]
   actions = [r[2] for r in rows]
   counts = [f"{k} {after.count(k)}" for k in (sweep.FINISHED, sweep.PREEMPTED, sweep.FAILED)]
@@ -65,13 +70,89 @@ def summary_lines(rows: list[tuple[str, str, str, str]]) -> list[str]:
   return [f"sweep summary ({len(rows)} points):", *out, "summary: " + " | ".join(counts)]
 
 
+def only_pattern(only: str) -> re.Pattern | None:
+  """--only compiled; a bad regular expression is a usage error."""
+  try:
+    return re.compile(only) if only else None
+  except re.error as e:
+    raise UserError(f"--only {only!r} is not a regular expression: {e}") from None
+
+
+def select(runs: list[sweep.Run], only: str) -> list[sweep.Run]:
+  """The runs whose folder name matches --only (all without it); none matching is a usage error."""
+  pattern = only_pattern(only)
+  chosen = [r for r in runs if pattern is None or pattern.search(r.name)]
+  if not chosen:
+    names = ", ".join(r.name for r in runs[:8]) + (", ..." if len(runs) > 8 else "")
+    raise UserError(f"no point matches --only {only!r} ({len(runs)} points: {names})")
+  return chosen
+
+
+_ERROR_LINE = re.compile(r"^(error: .+|([\w.]+\.)?\w*(Error|Exception)\b.*)$")  # main's line; a traceback's last
+
+
+def last_error(text: str) -> str:
+  """The last error line of a run's output ("error: ..." or a traceback's last line), "" when there is none."""
+  lines = [ln.strip() for ln in text.replace("\r", "\n").splitlines()]
+  found = [ln for ln in lines if _ERROR_LINE.match(ln)]
+  return found[-1].removeprefix("error: ")[:300] if found else ""
+
+
+def failure_reason(results: dict | None, *, output: str | None = "", rc: int | None = None) -> str:
+  """Why a point failed, in one line: the error its output names, else results.json's, else its exit status
+  (`output` None: shown on the terminal, not kept)."""
+  why = last_error(output or "") or str((results or {}).get("error", "")).strip().split("\n")[0][:300]
+  if why:
+    return why
+  if rc is None:
+    return "no error recorded"
+  return f"exit {rc}, no error line" if output is not None else f"exit {rc}: see its output above"
+
+
+class StderrTail:
+  """Copies a child's stderr to ours as it comes, keeping its tail (for the failure's reason)."""
+
+  def __init__(self, pipe):
+    self.pipe, self.text = pipe, ""
+    self.thread = threading.Thread(target=self._copy, daemon=True)
+    self.thread.start()
+
+  def _copy(self):
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while chunk := os.read(self.pipe.fileno(), 65536):
+      text = decoder.decode(chunk)
+      sys.stderr.write(text)
+      sys.stderr.flush()
+      self.text = (self.text + text)[-16384:]
+
+  def close(self) -> str:
+    self.thread.join(timeout=30)  # EOF once the run (and anything it started) has exited
+    if not self.thread.is_alive():  # else a process the run left holds the pipe: the thread keeps copying
+      self.pipe.close()
+    return self.text
+
+
+def print_problems(bad: list[tuple[str, str]]) -> None:
+  """`error: POINT: WHY` lines on stderr; points sharing a WHY (a bad experiment arg) share one line."""
+  groups: dict[str, list[str]] = {}
+  for name, why in bad:
+    groups.setdefault(why, []).append(name)
+  for why, names in groups.items():
+    if len(names) == 1:
+      print(f"error: {names[0]}: {why}", file=sys.stderr, flush=True)
+    else:
+      shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+      print(f"error: {len(names)} points ({shown}): {why}", file=sys.stderr, flush=True)
+
+
 def dry_run_check(runs: list[sweep.Run]) -> int:
   """The dry run's config check of the points that would run: 0 when every one would start, else 2."""
   pending = [r for r in runs if sweep.run_status(r.workdir)[0] != sweep.FINISHED]
   print(f"checking the configs of {len(pending)} unfinished point{'s' * (len(pending) != 1)} ...", flush=True)
   from . import points  # pylint: disable=g-import-not-at-top
 
-  bad = points.check_points(pending, out=lambda line: print(line, file=sys.stderr, flush=True))
+  bad = points.check_points(pending, out=lambda line: None)
+  print_problems(bad)
   if bad:
     print(f"{len(bad)} of {len(pending)} points would stop before their first step (lines above)", flush=True)
     return 2
@@ -90,7 +171,7 @@ def main(argv=None):
                       "get_config and get_sweep)")
   parser.add_argument("--workdir", required=True, help="sweep root; one sub-folder per point (local or gs://)")
   parser.add_argument("--dry_run", action="store_true", help="print each point's status and command, check every "
-                      "unfinished point's config (one error line per bad point, exit 2); run nothing")
+                      "unfinished point's config (an error line per bad point or shared reason, exit 2); run nothing")
   parser.add_argument("--only", default="", help="run only the points whose folder name matches this regular "
                       "expression (e.g. 'seed=0' for a first batch)")
   parser.add_argument("--workers", type=int, default=0, help="run N lease-sharing workers at once instead of "
@@ -107,15 +188,14 @@ def main(argv=None):
     parser.error(f"{', '.join(negative)}: expected a count >= 0")
   if args.gpus_per_worker and (not args.workers or args.devices_per_worker):
     parser.error("--gpus_per_worker goes with --workers=N and without --devices_per_worker")
+  only_pattern(args.only)
   if args.workers:
     try:
       gpu_sets = worker_gpus(args.workers, args.gpus_per_worker) if args.gpus_per_worker else None
     except ValueError as e:
       parser.error(str(e))
     return run_workers(args, gpu_sets)
-  runs = sweep.expand(args.config, args.workdir, extra=args.extra)
-  if args.only:
-    runs = [r for r in runs if re.search(args.only, r.name)]
+  runs = select(sweep.expand(args.config, args.workdir, extra=args.extra), args.only)
 
   state = {"child": None, "stop": False}
 
@@ -132,19 +212,25 @@ def main(argv=None):
       action = _ACTION.get(before, "resumed")
       print(f"[{n}/{len(runs)}] {run.name} ({before}, {action}): {run.command}", flush=True)
       if args.dry_run or action == "skipped" or state["stop"]:
-        rows.append((run.name, before, action if not state["stop"] else "not run", before))
+        rows.append((run.name, before, action if not state["stop"] else "not run", before, ""))
         continue
-      # Own session: Ctrl-C reaches only this process, which turns it into a SIGTERM for the run.
-      child = state["child"] = subprocess.Popen(run.argv, start_new_session=True)
+      # Own session: Ctrl-C reaches only this process, which turns it into a SIGTERM for the run. On a terminal the
+      # run keeps it (its progress bar); elsewhere its stderr is copied through, and its error line kept.
+      tee = not sys.stderr.isatty()
+      child = state["child"] = subprocess.Popen(run.argv, start_new_session=True,
+                                                stderr=subprocess.PIPE if tee else None)
+      tail = StderrTail(child.stderr) if tee else None
       print(f"  pid {child.pid}", flush=True)
       rc = child.wait()
+      output = tail.close() if tail else None
       state["child"] = None
       after, results = sweep.run_status(run.workdir)
       if rc != 0 and after != sweep.FAILED:
         after = sweep.FAILED  # crashed before (or while) writing results.json
-      if after == sweep.FAILED:
-        print(f"  failed (exit {rc}): {(results or {}).get('error', 'see the output above')}", flush=True)
-      rows.append((run.name, before, action, after))
+      why = failure_reason(results, output=output, rc=rc) if after == sweep.FAILED else ""
+      if why:
+        print(f"  failed (exit {rc}): {why}", flush=True)
+      rows.append((run.name, before, action, after, why))
   finally:
     for s, h in old.items():
       signal.signal(s, h)
@@ -203,8 +289,26 @@ def worker_gpus(workers: int, per_worker: int) -> list[str]:
   return [",".join(gpus[i * per_worker:(i + 1) * per_worker]) for i in range(workers)]
 
 
+# A worker's lines about a point (launch.worker's _print): "[worker T] NAME: POINT: starting ...", "... failed: WHY".
+_WORKER_LINE = re.compile(r"^\[worker [^\]]*\] [^:]*: (?P<point>[^:\s]+): "
+                          r"(?:(?P<ran>starting|resuming)|failed: (?P<why>.*))")
+
+
+def worker_log_points(texts: list[str]) -> tuple[set[str], dict[str, str]]:
+  """From the workers' logs: the points they started or resumed, and why each failed one failed."""
+  ran, why = set(), {}
+  for text in texts:
+    for line in text.splitlines():
+      m = _WORKER_LINE.match(line)
+      if m and m["ran"]:
+        ran.add(m["point"])
+      elif m:
+        why[m["point"]] = m["why"].strip()[:300]
+  return ran, why
+
+
 def run_workers(args, gpu_sets: list[str] | None = None) -> int:
-  runs = sweep.expand(args.config, args.workdir, extra=args.extra)
+  runs = select(sweep.expand(args.config, args.workdir, extra=args.extra), args.only)
   remote = "://" in args.workdir
   commands = [worker_argv(args, i) for i in range(args.workers)]
   env = worker_env(args.devices_per_worker)
@@ -219,12 +323,13 @@ def run_workers(args, gpu_sets: list[str] | None = None) -> int:
     for r in runs:
       print(f"  {r.name}: {before[r.name]}", flush=True)
     print("(dry run: nothing was run)", flush=True)
-    return dry_run_check([r for r in runs if not args.only or re.search(args.only, r.name)])
+    return dry_run_check(runs)
   log_dir = tempfile.mkdtemp(prefix="gp_jax_workers_") if remote else sweep.join(args.workdir, "_launch/logs")
   os.makedirs(log_dir, exist_ok=True)
-  procs, logs = [], []
+  procs, logs, starts = [], [], []
   for i, cmd in enumerate(commands):
     logs.append(open(os.path.join(log_dir, f"local-w{i}.log"), "ab"))
+    starts.append(logs[-1].tell())  # appended to across invocations: this one's lines start here
     procs.append(subprocess.Popen(cmd, env=envs[i], stdout=logs[-1], stderr=subprocess.STDOUT,
                                   start_new_session=True))
     print(f"  worker {i} pid {procs[-1].pid}", flush=True)
@@ -242,15 +347,29 @@ def run_workers(args, gpu_sets: list[str] | None = None) -> int:
       signal.signal(s, h)
     for f in logs:
       f.close()
+  texts = []
+  for f, start in zip(logs, starts):
+    with open(f.name, "rb") as log:
+      log.seek(start)
+      texts.append(log.read().decode("utf-8", errors="replace"))
   if remote:
     storage.upload_dir(log_dir, sweep.join(args.workdir, "_launch/logs"))
     shutil.rmtree(log_dir, ignore_errors=True)
   print(f"worker exit codes: {codes}", flush=True)
+  ran, why = worker_log_points(texts)
   rows = []
   for r in runs:
-    after = sweep.run_status(r.workdir)[0]
-    rows.append((r.name, before[r.name], _ACTION.get(before[r.name], "resumed"), after))
+    after, results = sweep.run_status(r.workdir)
+    if r.name in why and after not in (sweep.FINISHED, sweep.PREEMPTED):
+      after = sweep.FAILED  # failed before (or while) writing results.json
+    action = "skipped" if before[r.name] == sweep.FINISHED else (
+        _ACTION.get(before[r.name], "resumed") if r.name in ran else "not run")
+    reason = (why.get(r.name) or failure_reason(results)) if after == sweep.FAILED else ""
+    rows.append((r.name, before[r.name], action, after, reason))
   print("\n".join(summary_lines(rows)), flush=True)
+  if any(r[3] != sweep.FINISHED for r in rows):
+    print("Rerun the same command to resume unfinished points; "
+          f"results: {command('report')} {args.workdir}", flush=True)
   return 0 if all(r[3] == sweep.FINISHED for r in rows) else 1
 
 

@@ -40,10 +40,12 @@ import subprocess
 import sys
 import time
 
+from gp_jax import storage
 from gp_jax.errors import UserError
 
 from . import command, points, prog, sweep, user_errors_exit_2, worker
 from . import slurm_task as task
+from .local import only_pattern, select
 from .slurm_script import batch_script, report_command
 from .tpu import status_rows
 
@@ -135,6 +137,23 @@ def in_flight(subs: list[dict], q: dict) -> dict[str, str]:
 
 # ----------------------------------------------------------------------------- submit
 
+# sbatch --time's forms: minutes[:seconds], hours:minutes:seconds, days-hours[:minutes[:seconds]]
+_TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}")
+# submit's numeric flags and the least value each takes (--max_parallel: None when not given)
+LEAST = {"nodes_per_point": 1, "gpus_per_node": 0, "tasks_per_node": 0, "cpus_per_task": 0, "max_parallel": 1,
+         "signal_s": 1, "max_failures": 1}
+
+
+def check_numbers(args) -> None:
+  """Usage errors for submit's counts and --time (sbatch takes --time=banana; --max_parallel=-3 made 0-1%-3)."""
+  for flag, least in LEAST.items():
+    value = getattr(args, flag)
+    if value is not None and value < least:
+      raise UserError(f"--{flag}={value}: expected {'seconds' if flag == 'signal_s' else 'a count'} >= {least}")
+  if args.time and args.time.upper() not in ("INFINITE", "UNLIMITED") and not _TIME.fullmatch(args.time):
+    raise UserError(f"--time={args.time}: expected one of SLURM's forms: minutes, minutes:seconds, "
+                    "hours:minutes:seconds, days-hours, days-hours:minutes, days-hours:minutes:seconds (e.g. 24:00:00)")
+
 
 def _tasks_per_node(args) -> int:
   tasks = args.tasks_per_node or max(args.gpus_per_node, 1)
@@ -152,7 +171,8 @@ def _submission(args, folder: str, names: list[str]) -> dict:
           "tasks_per_node": tasks, "gpus_per_node": args.gpus_per_node,
           "gpus_per_task": args.gpus_per_node // tasks if args.gpus_per_node else 0,
           "cpus_per_task": args.cpus_per_task, "partition": args.partition, "time": args.time,
-          "max_parallel": args.max_parallel, "signal_s": args.signal_s, "sbatch_args": shlex.split(args.sbatch_args),
+          "max_parallel": args.max_parallel or 0, "signal_s": args.signal_s,
+          "sbatch_args": shlex.split(args.sbatch_args),
           "setup": list(args.setup), "python": args.python, "chdir": os.getcwd(),
           "log_dir": os.path.join(os.path.dirname(folder), "logs"),
           "job_name": args.job_name or f"gp_jax-{stem}", "report_out": args.report_out,
@@ -164,10 +184,9 @@ def cmd_submit(args) -> int:
   if "://" not in args.workdir:
     args.workdir = os.path.abspath(args.workdir)  # the tasks' paths do not depend on their directory
   folder = slurm_dir(args.workdir, args.slurm_dir)
+  check_numbers(args)
   _tasks_per_node(args)
-  runs = sweep.expand(args.config, args.workdir, extra=args.extra)
-  if args.only:
-    runs = [r for r in runs if re.search(args.only, r.name)]
+  runs = select(sweep.expand(args.config, args.workdir, extra=args.extra), args.only)
   subs = submissions(folder)
   q = queue(sub.get("job_id") for sub in subs) if subs else {}
   if q is None:
@@ -315,13 +334,22 @@ def status_table(workdir: str, folder: str, config: str | None = None) -> tuple[
   return out, "\n".join(lines)
 
 
+def _check_workdir(workdir: str) -> None:
+  """A mistyped sweep root is a usage error (an existing one without points yet is not)."""
+  if not storage.path(workdir).exists():
+    raise UserError(f"--workdir={workdir}: no such folder (the sweep root given to submit)")
+
+
 def cmd_status(args) -> int:
+  _check_workdir(args.workdir)
   _, text = status_table(args.workdir, slurm_dir(args.workdir, args.slurm_dir), args.config)
   print(text, flush=True)
   return 0
 
 
 def cmd_cancel(args) -> int:
+  _check_workdir(args.workdir)
+  only = only_pattern(args.only)
   folder = slurm_dir(args.workdir, args.slurm_dir)
   subs = submissions(folder)
   q = queue(s.get("job_id") for s in subs)
@@ -330,7 +358,7 @@ def cmd_cancel(args) -> int:
   targets = []
   for name, (sub, i) in latest(subs).items():
     state = q.get((str(sub.get("job_id")), i), ("", ""))[0]
-    if (state in QUEUED or state in RUNNING) and (not args.only or re.search(args.only, name)):
+    if (state in QUEUED or state in RUNNING) and (only is None or only.search(name)):
       targets.append((sub, i, name))
   if not targets:
     print("nothing to cancel: no point of this workdir is queued or running", flush=True)
@@ -368,7 +396,8 @@ def main(argv=None) -> int:
   s.add_argument("--gpus_per_node", type=int, default=0, help="GPUs per node (--gpus-per-node; 0: none asked for)")
   s.add_argument("--tasks_per_node", type=int, default=0, help="processes per node (default: one per GPU, else 1)")
   s.add_argument("--cpus_per_task", type=int, default=0, help="CPUs per process (0: the cluster's default)")
-  s.add_argument("--max_parallel", type=int, default=0, help="at most this many points at once (--array=...%%N)")
+  s.add_argument("--max_parallel", type=int, default=None, help="at most this many points at once (--array=...%%N; "
+                 "default: no limit)")
   s.add_argument("--signal_s", type=int, default=300, help="USR1 this many seconds before the time limit: the point "
                  "saves a checkpoint and requeues")
   s.add_argument("--max_failures", type=int, default=3, help="failures (without preemption) before a point is "
