@@ -1,7 +1,10 @@
 """Exports a trained workdir as a self-contained serving folder.
 
   python -m gp_jax.export --workdir=W --out=DIR [--format=stablehlo|onnx] [--platforms=cpu,cuda,tpu]
-      [--hit_buffer=4096]
+      [--hit_buffer=4096] [--threshold=X] [--batch_size=N]
+
+--out must be writable and --threshold a finite float32 (the folder's default threshold); both are checked before
+the workdir is restored.
 
 The workdir is restored as `gp_jax.predict.Predictor` does (config, types, tokenizer, labels, parameters from
 best/); nothing is compiled but what the artifact holds (the Predictor compiles its per-bucket eval steps only
@@ -46,7 +49,7 @@ from gp_jax import runtime, storage, tasks
 from gp_jax.errors import UserError, help_exits_zero
 from gp_jax.models.heads import HEADS
 from gp_jax.models.taggers import TAGGERS
-from gp_jax.serving import BATCH_FIELDS, FORMAT_VERSION, MANIFEST, MODEL_FILES, ExportError
+from gp_jax.serving import BATCH_FIELDS, FORMAT_VERSION, MANIFEST, MODEL_FILES, ExportError, check_threshold
 # Re-exported for compatibility; import them from gp_jax.serving.
 from gp_jax.serving import ExportedModel, load_exported  # noqa: F401  pylint: disable=unused-import
 
@@ -261,11 +264,14 @@ def main(argv, flags_):
     out = storage.path(flags_.out)
     if out.exists() and not out.is_dir():
       raise ExportError(f"--out={flags_.out} is a file: give a folder (it is created, or its files overwritten)")
+    if not storage.is_url(flags_.out):  # before the model loads: a folder that cannot be written stops here
+      predict.check_writable(flags_.out, flag="out", value=flags_.out)
+    check_threshold(flags_.threshold)  # a finite float32: the manifest's default is compared in the program
     predict.configure_compilation_cache(flags_.workdir)  # as training set it
     manifest = export_workdir(flags_.workdir, flags_.out, fmt=flags_.format, platforms=flags_.platforms or None,
                               hit_buffer=flags_.hit_buffer, batch_size=flags_.batch_size,
                               threshold=flags_.threshold)
-  except ExportError as e:
+  except (ExportError, UserError) as e:
     print(f"gp_jax.export: {e}", file=sys.stderr)
     sys.exit(2)
   print(f"Exported {manifest['head']} head (step {manifest['step']}) as {manifest['format']} to {flags_.out}")

@@ -1,8 +1,8 @@
 """Predicts with a trained workdir or an exported folder (`gp_jax.export`), whatever the task.
 
   python -m gp_jax.predict --workdir=W | --exported=DIR [--input=PATH|-] [--output=PATH|-]
-      [--input_format=lines|jsonl] [--output_format=jsonl] [--split=test] [--threshold=0.0]
-      [--batch_size=N] [--chunk_size=N]
+      [--input_format=lines|jsonl|cblue] [--output_format=jsonl|cmeee|cluener] [--split=train|dev|test]
+      [--threshold=0.0] [--batch_size=N] [--chunk_size=N]
 
 W holds everything needed (config, types, tokenizer, encoder config, parameters in best/), so the
 pretrained encoder's folder is never reopened. DIR is an exported folder; predicting from it imports
@@ -12,8 +12,11 @@ Input formats (never guessed): `lines`, one text per line; `jsonl`, one {"id", "
 (the id is echoed as it is); `cblue`, a CBLUE JSON array; all strict UTF-8 (a bad byte is a one-line error
 naming file, line and column). `--split` reads the workdir's corpus split instead. Output `jsonl`: {"id"?,
 "text"} and the task's fields (its host half's `output_record`; entities: "entities": [{"start", "end", "type",
-"text", "score"}] with character offsets, end exclusive; see docs/tasks.md for the others). Texts longer than the model's max length go through sliding windows. Formats are the
-`READERS` / `WRITERS` registries.
+"text", "score"}] with character offsets, end exclusive; see docs/tasks.md for the others). Outputs `cmeee` and
+`cluener` (the submission files) hold entities only: a model whose records hold other fields (`host.OUTPUT_FIELDS`)
+is refused before it loads. Texts longer than the model's max length go through sliding windows. Formats are the
+`READERS` / `WRITERS` registries. The flags, the formats and the paths (the input read, the output's folder tried
+for a write) are checked before the model loads; a mistake is one line on stderr and exit status 2.
 
 A workdir's eval step is compiled per length bucket, only for the buckets the input's batches take: an input
 file (or --split) is read whole first and its buckets compiled together before the first text; standard input
@@ -34,6 +37,7 @@ import itertools
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 
 import jax
@@ -44,9 +48,9 @@ from gp_jax import sharding as shd
 from gp_jax import storage
 from gp_jax.data import batching, cblue
 from gp_jax.data.readers import DataError, text_lines
-from gp_jax.data.sources import load_records
+from gp_jax.data.sources import USER_FORMATS, load_records
 from gp_jax.errors import help_exits_zero
-from gp_jax.serving import ExportedPredictor, ExportError, UserError, WindowPredictor, check_threshold
+from gp_jax.serving import MANIFEST, ExportedPredictor, ExportError, UserError, WindowPredictor, check_threshold
 # Re-exported for compatibility; import it from gp_jax.serving.
 from gp_jax.serving import model_inputs  # noqa: F401  pylint: disable=unused-import
 
@@ -61,13 +65,16 @@ _OUTPUT = flags.DEFINE_string("output", "-", "Output file, local or gs://; '-': 
                                "the format's file in it (CMeEE_test.json, cluener_predict.json, predictions.jsonl).")
 _INPUT_FORMAT = flags.DEFINE_string("input_format", "lines", "Input format: lines (one text per line), jsonl "
                                      "({\"id\", \"text\"} per line) or cblue (a CBLUE/CMeEE JSON array).")
-_OUTPUT_FORMAT = flags.DEFINE_string("output_format", "jsonl", "Output format: jsonl (ours), cmeee (the CMeEE "
-                                      "submission array) or cluener (the CLUENER submission lines).")
+_OUTPUT_FORMAT = flags.DEFINE_string("output_format", "jsonl", "Output format: jsonl (ours, every task), cmeee (the "
+                                      "CMeEE submission array) or cluener (the CLUENER submission lines); cmeee and "
+                                      "cluener hold entities only (task=entities models).")
 _SPLIT = flags.DEFINE_string("split", None, "Predict the workdir's corpus split (train, dev or test) instead "
                              "of --input.")
-_THRESHOLD = flags.DEFINE_float("threshold", None, "Span heads: keep spans with score > threshold (default: the "
-                                "workdir's dev-tuned value when trained with tune_threshold, else the export's, else 0). "
-                                "An error with a tagger head.")
+_THRESHOLD = flags.DEFINE_float("threshold", None, "Span heads and every task's GPLinker pointers: keep cells with "
+                                "score > threshold (a finite float32). predict's default: the exported folder's, or "
+                                "the workdir's dev-tuned value (tune_threshold), else 0; export writes it as the "
+                                "folder's default (unset: the workdir's dev-tuned value, else 0). An error with a "
+                                "tagger head.")
 _BATCH = flags.DEFINE_integer("batch_size", 0, "Windows per batch (0 = the training config's eval_batch_size).",
                               lower_bound=0)
 _CHUNK = flags.DEFINE_integer("chunk_size", 1000, "Texts predicted at a time (standard input is also read a chunk at "
@@ -137,6 +144,9 @@ READERS = {"lines": read_lines, "jsonl": read_jsonl, "cblue": read_cblue}
 WRITERS = {"jsonl": write_jsonl, "cmeee": write_cmeee, "cluener": write_cluener}
 # The file written when --output is a folder.
 OUTPUT_NAMES = {"jsonl": "predictions.jsonl", "cmeee": "CMeEE_test.json", "cluener": "cluener_predict.json"}
+# The fields a writer reads of the task's records (None: any task's); the task's host half says which it writes
+# (`OUTPUT_FIELDS`), so an entity-only format is refused for a task with other fields before the model loads.
+WRITER_FIELDS = {"jsonl": None, "cmeee": ("entities",), "cluener": ("entities",)}
 
 
 # ----------------------------------------------------------------------------- predictors
@@ -161,6 +171,9 @@ class Predictor(WindowPredictor):
     from gp_jax.threshold import tuned_threshold
 
     self.config = wd.load_config(workdir)
+    # tune_threshold is training's (its value is in threshold.json, read below): a workdir trained with it before its
+    # task refused it (`config_refusal`) still loads.
+    self.config.tune_threshold = False
     if attention is not None:
       self.config.model.attention = attention
     self.types = wd.load_types(workdir)
@@ -254,16 +267,25 @@ def configure_compilation_cache(workdir: str) -> str | None:
 # ----------------------------------------------------------------------------- CLI
 
 
+SPLITS = ("train", "dev", "test")
+
+
 def _split_records(workdir: str, split: str) -> list[dict]:
+  """The texts of the workdir's corpus split; a split its config does not have is the user's error."""
   # pylint: disable=g-import-not-at-top
   from gp_jax import workdir as wd
 
+  if split not in SPLITS:
+    raise UserError(f"--split must be one of {sorted(SPLITS)}, got {split!r}")
   config = wd.load_config(workdir)
   train, dev, test, _ = load_records(config.data, seed=config.seed)
-  splits = {"train": train, "dev": dev, "test": test}
-  if split not in splits:
-    raise UserError(f"--split must be one of {sorted(splits)}, got {split!r}")
-  return [{"id": r["id"], "text": r["text"]} for r in splits[split]]
+  records = {"train": train, "dev": dev, "test": test}[split]
+  if not records:
+    d = config.data
+    key = f"{split}_file" if d.name in USER_FORMATS else f"{split}_split"
+    raise UserError(f"--split={split}: the workdir's config has no {split} split (data.{key}="
+                    f"{str(d.get(key, '') or '')!r}, data.name={d.name!r}): give --input instead")
+  return [{"id": r["id"], "text": r["text"]} for r in records]
 
 
 def _open(path: str, mode: str):
@@ -272,6 +294,54 @@ def _open(path: str, mode: str):
   if "w" in mode:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+
+
+def check_writable(folder: str, *, flag: str, value: str) -> None:
+  """UserError unless files can be written in the local `folder` (created on write when missing: its nearest
+  existing ancestor is tried): checked before a model loads, without leaving anything behind."""
+  probe = os.path.abspath(folder)
+  while not os.path.exists(probe):
+    probe = os.path.dirname(probe)
+  if not os.path.isdir(probe):
+    raise UserError(f"--{flag}={value}: {probe} is a file, not a folder")
+  try:
+    with tempfile.TemporaryFile(dir=probe):
+      pass
+  except OSError as e:
+    raise UserError(f"--{flag}={value}: cannot write in {probe} ({e.strerror or e})") from None
+
+
+def _output_path(output: str, fmt: str) -> str:
+  """--output resolved ('-', a file, or the format's file in an existing folder) and checked writable."""
+  if output == "-":
+    return output
+  if storage.path(output).is_dir():
+    output = os.fspath(storage.path(output) / OUTPUT_NAMES[fmt])
+  elif output.endswith(("/", os.sep)):
+    raise UserError(f"--output={output}: no such folder (a path ending in / names a folder): create it, or give a "
+                    f"file path")
+  if not storage.is_url(output):
+    check_writable(os.path.dirname(os.path.abspath(output)), flag="output", value=_OUTPUT.value)
+  return output
+
+
+def _check_format_fits(fmt: str) -> None:
+  """An entity-only --output_format refused for a model whose task writes other fields (`WRITER_FIELDS`)."""
+  # pylint: disable=g-import-not-at-top
+  from gp_jax import tasks
+
+  needs = WRITER_FIELDS[fmt]
+  if needs is None:
+    return
+  if _WORKDIR.value:
+    where, name = "workdir", storage.read_json(storage.path(_WORKDIR.value) / "config.json").get("task")
+  else:
+    where, name = "exported folder", storage.read_json(storage.path(_EXPORTED.value) / MANIFEST).get("task")
+  name = name or tasks.DEFAULT
+  fields = tasks.host(name).OUTPUT_FIELDS
+  if tuple(fields) != needs:
+    raise UserError(f"--output_format={fmt} holds {', '.join(needs)} only; the {where}'s model is task={name}, whose "
+                    f"records hold {', '.join(fields)}: use --output_format=jsonl")
 
 
 def _check_folder(path: str, marker: str, flag: str) -> None:
@@ -283,6 +353,8 @@ def _read_input(path: str, fmt: str) -> list[dict]:
   """Every record of the input file (read in binary: the readers decode strict UTF-8)."""
   if not storage.path(path).exists():
     raise UserError(f"--input={path}: no such file")
+  if storage.path(path).is_dir():
+    raise UserError(f"--input={path} is a folder: give a file ({fmt}), or '-' for standard input")
   with _open(path, "rb") as src:
     return list(READERS[fmt](src, source=path))
 
@@ -299,7 +371,10 @@ def run(argv) -> None:
   if _SPLIT.value and (_EXPORTED.value or _INPUT.value):
     raise UserError("--split reads the workdir's corpus: give --workdir and no --input")
   _check_folder(*((_WORKDIR.value, "config.json", "workdir") if _WORKDIR.value else
-                  (_EXPORTED.value, "manifest.json", "exported")))
+                  (_EXPORTED.value, MANIFEST, "exported")))
+  check_threshold(_THRESHOLD.value)
+  _check_format_fits(_OUTPUT_FORMAT.value)
+  output = _output_path(_OUTPUT.value, _OUTPUT_FORMAT.value)
 
   # An input file (or split) is read whole before the model loads: its buckets are known before compiling any.
   if _SPLIT.value:
@@ -319,10 +394,10 @@ def run(argv) -> None:
   else:
     rows = predict_records(predictor, records, chunk_size=_CHUNK.value)
 
-  output = _OUTPUT.value
-  if output != "-" and storage.path(output).is_dir():
-    output = os.fspath(storage.path(output) / OUTPUT_NAMES[_OUTPUT_FORMAT.value])
-  dst = sys.stdout if output == "-" else _open(output, "w")
+  try:
+    dst = sys.stdout if output == "-" else _open(output, "w")
+  except OSError as e:
+    raise UserError(f"--output={_OUTPUT.value}: cannot write {output} ({e.strerror or e})") from None
   try:
     WRITERS[_OUTPUT_FORMAT.value](dst, rows)
   finally:

@@ -152,10 +152,19 @@ def model_inputs(batch: dict) -> dict:
   return {**batch["features"], **{k: batch[k] for k in BATCH_FIELDS}}
 
 
-def check_threshold(threshold, *, head: str, tagger: bool):
-  """`threshold`, or UserError when it is not a finite number or is given for a tagger head."""
-  if threshold is not None and not math.isfinite(threshold):
-    raise UserError(f"--threshold={threshold}: expected a finite number (spans with score > threshold are kept)")
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # the program compares float32 scores with a float32 threshold
+
+
+def _float32(x) -> bool:
+  return math.isfinite(x) and abs(x) <= FLOAT32_MAX
+
+
+def check_threshold(threshold, *, head: str = "", tagger: bool = False):
+  """`threshold`, or UserError when it is not a finite float32 (a larger one overflows to inf in the program) or
+  is given for a tagger head."""
+  if threshold is not None and not _float32(threshold):
+    raise UserError(f"--threshold={threshold}: expected a finite number within float32's range (|threshold| <= "
+                    f"{FLOAT32_MAX:.4g}; spans with score > threshold are kept)")
   if threshold is not None and tagger:
     raise UserError(f"--threshold applies to span heads (keep spans with score > threshold); this model's head "
                     f"({head}) is a tagger")
@@ -192,12 +201,12 @@ class WindowPredictor:
     return prepared, batching.eval_batches(prepared, batch_size=self.batch_size, buckets=self.buckets)
 
   def predict(self, texts: list[str], prepared=None) -> list[dict]:
-    """Per text, the fields predict writes (`host.output_record`; entities: {"entities": [{"start", "end", "type",
+    """Per text, the fields predict writes (`host.output_records`; entities: {"entities": [{"start", "end", "type",
     "text", "score"}]}). `prepared`: what `prepare_texts(texts)` returned, when the caller has it already."""
     prepared, batches = prepared or self.prepare_texts(texts)
     self.ready(batches.lengths())
     hits = [self.window_hits(batch) for batch in batches]
-    return [self.host.output_record(text, p) for text, p in zip(texts, self.assemble(prepared, hits))]
+    return self.host.output_records(texts, self.assemble(prepared, hits))
 
 
 class ExportedPredictor(WindowPredictor):
@@ -210,6 +219,9 @@ class ExportedPredictor(WindowPredictor):
     self.manifest, self.types, self.tokenizer = m, self.model.types, self.model.tokenizer
     self.host, self.labels, self.options = self.model.host, self.model.labels, self.model.options
     self.threshold = check_threshold(threshold, head=m["head"], tagger=m["tagger"])
+    if threshold is None and m["threshold"] is not None and not _float32(m["threshold"]):  # an older export's
+      raise ExportError(f"{directory}: the {MANIFEST} threshold {m['threshold']} is not a finite float32 (|threshold| "
+                        f"<= {FLOAT32_MAX:.4g}): pass --threshold")
     self.batch_size = batch_size or m["batch_size"]
     self.window_options = dict(max_len=m["max_len"], stride=m["stride"], max_span_width=m["max_span_width"])
     self.buckets = m["buckets"]

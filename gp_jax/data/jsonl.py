@@ -19,6 +19,10 @@ from gp_jax.data.types import Entity, Event, EventArgument, Record, Relation, Sp
 
 # --- JSON lines ---------------------------------------------------------------------------
 
+# A record with untyped entities (allowed beside "relations": task=relations reads them) carries its file and line
+# under this key, so that a task that trains entity types (task=entities) refuses it as a DataError there.
+UNTYPED_AT = "untyped_at"
+
 
 def _int(value: Any, what: str, where: str, line: int) -> int:
   if isinstance(value, bool) or not isinstance(value, int):
@@ -241,7 +245,8 @@ def read_jsonl(path: PathOrFile, *, strict: bool = True, allow_unlabelled: bool 
 
   Record: {"text", "entities": [{"start", "end", "type"[, "text"]}]} (end exclusive), optionally with
   "relations": [{"head", "tail", "type"}] indexing "entities"; in such a record an entity's "type" may be ""
-  or absent (untyped), duplicate entities and repeated relations are merged (counted in report.merged).
+  or absent (untyped: the record then holds its file and line under `UNTYPED_AT`, for task=entities to refuse),
+  duplicate entities and repeated relations are merged (counted in report.merged).
   Optionally "events": [{"type", "trigger": {"start", "end"[, "text"]} | null, "arguments": [{"start", "end",
   "role"[, "text"]}]}] (types.py; "entities" may then be absent); an argument repeated within its event and a
   repeated event are kept once (counted in report.event_notes).
@@ -318,6 +323,8 @@ def _parse_json_line(raw: str, where: str, line: int, default_id: str, allow_unl
     entities, relations, counts = merge_relations(entities, relations)
     report.merged.update(counts)
     record = Record(id=rid, text=text, entities=entities, relations=relations)
+    if any(not e["type"] for e in entities):  # where, for a task that needs types (`UNTYPED_AT`)
+      record[UNTYPED_AT] = {"path": where, "line": line}
   elif "entities" in obj:
     record = Record(id=rid, text=text, entities=_record_entities(obj, text, where, line))
   elif "label" in obj:

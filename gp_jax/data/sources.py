@@ -182,6 +182,9 @@ def read_user_file(data_cfg, path) -> list[Record]:
   """One jsonl/conll/cblue file as the config says (conll: scheme, tag columns, joiner; strictness).
 
   The list is a `readers.Records`, whose `report` says what the read kept and skipped."""
+  if os.path.isdir(path):
+    raise DataError(path, None, f"is a folder, not a file: give data.{_file_field(data_cfg, path)} a "
+                    f"{data_cfg.name} file", reason="not_a_file")
   if not os.path.isfile(path):
     raise DataError(path, None, f"no such file (data.name={data_cfg.name})", reason="missing_file")
   if data_cfg.name == "cblue":
@@ -205,8 +208,14 @@ FORMAT_EXPECTED = {
 }
 
 
+def _file_field(data_cfg, path) -> str:
+  """Which of data.train_file / dev_file / test_file names `path` (for messages)."""
+  return next((k for k in ("train_file", "dev_file", "test_file") if data_cfg.get(k) == path), "train_file")
+
+
 def empty_file_error(data_cfg, path, records) -> DataError:
-  """Why a training file gave no records (empty, all skipped, or too few to hold out a dev split)."""
+  """Why a user file (data.train_file, dev_file or test_file) gave no records (empty, all skipped, or, for the
+  training file, too few to hold out a dev split)."""
   report = getattr(records, "report", None)
   expected = f"expected {FORMAT_EXPECTED[data_cfg.name]}"
   if report is not None and report.num_skipped:
@@ -216,7 +225,8 @@ def empty_file_error(data_cfg, path, records) -> DataError:
   if not records:
     size = os.path.getsize(path)
     what = "is empty (0 bytes)" if not size else f"holds no records ({size} bytes)"
-    return DataError(path, None, f"{what}: {expected}; is data.train_file the file you meant?", reason="empty_split")
+    return DataError(path, None, f"{what}: {expected}; is data.{_file_field(data_cfg, path)} the file you meant?",
+                     reason="empty_split")
   return DataError(path, None, f"{len(records)} record(s), all held out as dev (no data.dev_file; "
                    f"data.dev_fraction={data_cfg.dev_fraction}): give data.dev_file or more training records",
                    reason="empty_split")
@@ -311,19 +321,28 @@ def _user_file_records(data_cfg):
     raise empty_file_error(data_cfg, data_cfg.train_file, read)
   train = list(read)
   if data_cfg.dev_file:
-    dev = list(read_user_file(data_cfg, data_cfg.dev_file))
+    dev = list(_nonempty_file(data_cfg, data_cfg.dev_file))
   else:
     train, dev = _split_off(train, data_cfg.dev_fraction, seed=1234)
     log.info("No dev_file: %d training records held out as dev (fraction %.3f)", len(dev), data_cfg.dev_fraction)
     if not train:
       raise empty_file_error(data_cfg, data_cfg.train_file, read)
-  test = list(read_user_file(data_cfg, data_cfg.test_file)) if data_cfg.test_file else []
+  test = list(_nonempty_file(data_cfg, data_cfg.test_file)) if data_cfg.test_file else []
   # A CasRel file's entity types are the roles, subject first (ids 0 and 1, as `conventions` names them).
   types = list(ROLES) if name == "casrel" else user_types(train=train, dev=dev, test=test)
   origin = "train from " + data_cfg.train_file + (f", dev from {data_cfg.dev_file}" if data_cfg.dev_file else
                                                    ", dev held out of it")
   origin += f", test from {data_cfg.test_file}" if data_cfg.test_file else ""
   return train, dev, test, types, origin
+
+
+def _nonempty_file(data_cfg, path) -> list[Record]:
+  """A dev or test file's records; one that gives none (empty, blank, all skipped) is refused as the training file
+  is: a run without its dev or test evaluation is not what a user who named the file meant."""
+  read = read_user_file(data_cfg, path)
+  if not read:
+    raise empty_file_error(data_cfg, path, read)
+  return read
 
 
 def _corpus_records(data_cfg):

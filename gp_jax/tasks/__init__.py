@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 
 NAMES = ("entities", "relations", "events")
+DEFAULT = NAMES[0]  # the task of a workdir's config.json or a folder's manifest written before tasks (none named)
 
 
 def _checked(name: str) -> str:
@@ -32,4 +33,4 @@ def host(name: str):
   return importlib.import_module(f"gp_jax.tasks.{_checked(name)}.host")
 
 
-__all__ = ["NAMES", "get", "of", "host"]
+__all__ = ["NAMES", "DEFAULT", "get", "of", "host"]

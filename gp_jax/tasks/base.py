@@ -53,6 +53,23 @@ def trimmed(hits) -> tuple[np.ndarray, np.ndarray]:
   return coords[:count], scores[:count]
 
 
+def warn_capped(prepared, windows, *, what: str, why: str, shown: int = 5) -> list[str]:
+  """One warning naming the records of `prepared` that lost their `what` because decoding capped their `windows`
+  (window ids, repeats allowed) for the reason `why`: how many, and the ids of the first `shown`. -> those ids."""
+  windows = np.unique(np.asarray(windows, np.int64))
+  windows = windows[(windows >= 0) & (windows < prepared.num_windows)]
+  if not windows.size:
+    return []
+  records = np.unique(prepared.window_record[windows])
+  ids = [prepared.record_ids[int(r)] for r in records]
+  more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+  log.warning("%s: %d of %d records lost %s: %d of their windows %s, so none were assembled there (the pointers "
+              "fire nearly everywhere: an untrained model, or text unlike its training data); records %s%s",
+              prepared.name, len(ids), prepared.num_records, what, windows.size, why,
+              ", ".join(map(repr, ids[:shown])), more)
+  return ids
+
+
 def pointer_config_refusal(config, *, task: str, pointers: str) -> str | None:
   """GPLinker's pointers are span heads trained with sparse ZLPR: a tagger head or another loss is refused (one line
   naming `task` and its `pointers`). Heads are read here only (the models import flax)."""
@@ -65,6 +82,27 @@ def pointer_config_refusal(config, *, task: str, pointers: str) -> str | None:
     return (f"task={task}: loss.kind={config.loss.kind!r}; the {pointers} pointers train with sparse_zlpr (flat gold "
             "ids): set loss.kind=sparse_zlpr")
   return None
+
+
+def threshold_config_refusal(config, why: str | None) -> str | None:
+  """tune_threshold=True refused in one line where the task says `why` it does not apply (its `threshold_refusal`),
+  before training rather than after it."""
+  if why and config.get("tune_threshold", False):
+    return f"tune_threshold=True: {why}: set tune_threshold=False"
+  return None
+
+
+def count_missing_key(task: str, splits: dict, key: str) -> dict[str, int]:
+  """Per split, the records without `key` (read as holding none of the task's labels: a record may have none, or
+  the key may be misspelt), logged once per split that has any. -> {split: count}."""
+  out = {}
+  for split, records in splits.items():
+    n = sum(1 for r in records if key not in r)
+    if n:
+      out[split] = n
+      log.info('task=%s: %d of %d %s records have no "%s" key: read as no %s', task, n, len(records), split, key,
+               key)
+  return out
 
 
 def save_label_file(workdir, filename: str, labels) -> None:
@@ -179,5 +217,5 @@ def run_grown(run, arrays, *, sizes, pointers):
 
 
 __all__ = ["RESULT_KEYS", "flat_result", "grown_sizes", "trimmed", "run_grown", "pointers_run_exported", "PointerTask",
-           "pointer_config_refusal",
-           "save_label_file", "load_label_file"]
+           "pointer_config_refusal", "threshold_config_refusal", "warn_capped", "count_missing_key", "save_label_file",
+           "load_label_file"]

@@ -199,3 +199,27 @@ def test_the_data_line_says_where_the_records_came_from(tmp_path, caplog):
   lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Data ")]
   assert lines[0].endswith(f"; train from {train}, dev from {dev}")
   assert lines[1].endswith("; generated (synthetic_distance, data.synthetic_records=2000, seed 3)")
+
+
+@pytest.mark.parametrize("which", ["dev", "test"])
+@pytest.mark.parametrize("content,what", [("", "is empty (0 bytes)"), ("\n  \n", "holds no records (4 bytes)")])
+def test_an_empty_dev_or_test_file_is_refused_as_the_training_file_is(tmp_path, which, content, what):
+  """It was read as 0 records: a run with no dev evaluation (or no test one), exit 0."""
+  from gp_jax.data.sources import FORMAT_EXPECTED
+
+  train, empty = tmp_path / "train.jsonl", tmp_path / "empty.jsonl"
+  train.write_text((json.dumps({"text": "ab", "entities": [{"start": 0, "end": 1, "type": "PER"}]}) + "\n") * 3)
+  empty.write_text(content)
+  with pytest.raises(UserError) as e:
+    load_records(data_cfg("jsonl", train, **{which: empty}))
+  assert str(e.value) == (f"{empty}: {what}: expected {FORMAT_EXPECTED['jsonl']}; is data.{which}_file the file you "
+                          "meant?")
+
+
+def test_a_folder_given_as_a_data_file_is_named_a_folder(tmp_path):
+  train = tmp_path / "train.jsonl"
+  train.write_text(json.dumps({"text": "ab", "entities": []}) + "\n")
+  for kw, field in (({"train": tmp_path}, "train_file"), ({"train": train, "dev": tmp_path}, "dev_file")):
+    with pytest.raises(UserError) as e:
+      load_records(data_cfg("jsonl", **kw))
+    assert str(e.value) == f"{tmp_path}: is a folder, not a file: give data.{field} a jsonl file"

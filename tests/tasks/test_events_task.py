@@ -160,11 +160,12 @@ def test_groups_over_the_bound_give_no_events_and_are_counted(caplog):
   arg = [(0, 1, i, i) for i in range(1, 5)] + [(0, 0, 6, 6), (0, 2, 8, 8), (0, 3, 9, 9), (1, 0, 1, 1), (1, 1, 2, 2)]
   links = [(0, 0, 8, 9), (1, 0, 1, 2)]
   buf = lambda rows: (len(rows), np.asarray(rows, np.int32), np.ones(len(rows), np.float32))  # noqa: E731
-  with caplog.at_level("WARNING"):
+  with caplog.at_level("INFO"):
     hits = host.window_hits((buf(arg), buf(links), buf(links)), np.array([5, 7]), types=types,
                             options={"max_arguments_per_type": 4})
   assert hits["counts"]["over_bound"] == 1 and hits["counts"]["over_bound_arguments"] == 5
   assert "more than 4 decoded arguments" in caplog.text
+  assert hits["capped"].tolist() == [5]  # row 0's window: `assemble` names its record in a warning
   assert sorted((w, t, tuple(a[:3] for a in args)) for w, t, args, _ in hits["events"]) == [
       (5, "B", (("trigger", 8, 8), ("x", 9, 9))), (7, "A", (("trigger", 1, 1), ("x", 2, 2)))]
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from gp_jax.data import batching
+from gp_jax.data.jsonl import UNTYPED_AT
+from gp_jax.data.readers import DataError
 from gp_jax.errors import UserError
 from gp_jax.tasks.base import flat_result
 from gp_jax.tasks.entities import host
@@ -70,6 +72,15 @@ class EntityTask:
 
   # Label space beyond the span classes: none.
   def labels(self, *, train, dev, test) -> tuple:
+    """None; an entity without a type (which a jsonl record with "relations" may hold, for task=relations) is the
+    data's error, naming its file and line (`jsonl.UNTYPED_AT`)."""
+    for split, records in (("train", train), ("dev", dev), ("test", test)):
+      for r in records:
+        if any(not e["type"] for e in r["entities"]):
+          at = r.get(UNTYPED_AT) or {"path": f"{split} record {r['id']!r}", "line": None}
+          raise DataError(at["path"], at["line"], 'an entity without a "type": task=entities trains entity types; '
+                          'give every entity a type (untyped entities serve task=relations only)',
+                          reason="untyped_entity")
     return ()
 
   def split_labels(self, prepared) -> tuple:

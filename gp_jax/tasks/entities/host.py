@@ -19,6 +19,7 @@ from gp_jax.tasks.base import trimmed
 # export); outputs the hits (count, coords [size, 4] as (row, type, start, end), hit_scores [size]) and the span
 # logits (span heads: [B, H, L, L]; taggers: emissions [B, L, T]), from which hits are read when the buffer is short.
 BUFFERS = ()
+OUTPUT_FIELDS = ("entities",)  # the fields `output_record` writes (predict's entity-only formats check them)
 OUTPUTS = ("count", "coords", "hit_scores", "scores")
 
 
@@ -61,6 +62,11 @@ def output_record(text: str, prediction: Mapping) -> dict:
   return {"entities": [{"start": int(e["start"]), "end": int(e["end"]), "type": e["type"],
                         "text": text[int(e["start"]):int(e["end"])], "score": round(float(e["score"]), 4)}
                        for e in prediction["entities"]]}
+
+
+def output_records(texts: Sequence[str], predictions: Sequence[Mapping]) -> list[dict]:
+  """`output_record` of each text and its prediction: what predict writes for a chunk of texts."""
+  return [output_record(t, x) for t, x in zip(texts, predictions, strict=True)]
 
 
 def score(prepared, predictions, *, options: Mapping | None = None) -> dict:
@@ -113,5 +119,6 @@ def run_exported(run, arrays, *, sizes, threshold: float, manifest: Mapping):
   return _hits(np.concatenate(coords).astype(np.int32), np.concatenate(scores)), sizes
 
 
-__all__ = ["BUFFERS", "OUTPUTS", "labels_to_json", "labels_from_json", "manifest_settings", "prepare", "window_hits",
-           "concat_hits", "assemble", "output_record", "score", "host_span_hits", "run_exported"]
+__all__ = ["BUFFERS", "OUTPUTS", "OUTPUT_FIELDS", "labels_to_json", "labels_from_json", "manifest_settings", "prepare",
+           "window_hits", "concat_hits", "assemble", "output_record", "output_records", "score", "host_span_hits",
+           "run_exported"]

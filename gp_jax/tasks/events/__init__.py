@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from gp_jax.data.events import event_types
 from gp_jax.errors import UserError
-from gp_jax.tasks.base import PointerTask, load_label_file, pointer_config_refusal, save_label_file
+from gp_jax.tasks.base import (PointerTask, count_missing_key, load_label_file, pointer_config_refusal, save_label_file,
+                               threshold_config_refusal)
 from gp_jax.tasks.events import host, targets
 
 LABELS_FILE = "event_labels.json"  # a task=events workdir's event types, beside types.json
@@ -47,8 +48,9 @@ class EventTask(PointerTask):
 
   @classmethod
   def config_refusal(cls, config) -> str | None:
-    """A tagger head or a loss other than sparse ZLPR is refused (`base.pointer_config_refusal`)."""
-    return pointer_config_refusal(config, task="events", pointers="event")
+    """A tagger head, a loss other than sparse ZLPR (`base.pointer_config_refusal`) or tune_threshold is refused."""
+    return (pointer_config_refusal(config, task="events", pointers="event")
+            or threshold_config_refusal(config, cls.threshold_refusal))
 
   @classmethod
   def from_spec(cls, spec) -> EventTask:
@@ -56,12 +58,14 @@ class EventTask(PointerTask):
 
   # Label space: the event types (event_labels.json).
   def labels(self, *, train, dev, test) -> tuple[str, ...]:
-    """The event types, union over labelled splits; none is the user's error (the corpus holds no events)."""
+    """The event types, union over labelled splits; none is the user's error (the corpus holds no events). Records
+    without an "events" key are read as holding none, counted in the log."""
     out = tuple(event_types(train=train, dev=dev, test=test))
     if not out:
       raise UserError('task=events: the corpus holds no events: expected records with "events": [{"type", '
                       '"trigger": {"start", "end"} | null, "arguments": [{"start", "end", "role"}]}] (jsonl), phee '
                       "or synthetic_events")
+    count_missing_key("events", {"train": train, "dev": dev, "test": test}, "events")
     return out
 
   def split_labels(self, prepared) -> tuple[str, ...]:

@@ -8,8 +8,9 @@ folder, reached through `tasks.host("events")`) both call these, so a folder and
 Decisions (docs/tasks.md, issue 60):
 - Grouping per window (`window_hits`): Su's cliques (`cliques.group_events`) of each row and event type, kept with
   or without a trigger (Su's argument-level metric counts the arguments of trigger-less events; the event level and
-  the written predictions drop them). A (row, event type) with more decoded arguments than
-  `cliques.MAX_ARGUMENTS_PER_TYPE` gives no events; such groups and their arguments are counted and logged.
+  the written predictions drop them, `output_records` counting them in a warning). A (row, event type) with more decoded arguments than
+  `cliques.MAX_ARGUMENTS_PER_TYPE` gives no events; such groups and their arguments are counted, and `assemble`
+  names the records that lost events in one warning.
 - A clique holding several triggers gives one event per trigger, each with all the clique's other arguments (Su's
   output would keep one event with two triggers, which no gold event has).
 - `event_grouping="trigger"` (an option; Su's cliques are the default): after the split above, the events of one
@@ -29,7 +30,7 @@ import numpy as np
 
 from gp_jax.data import merge
 from gp_jax.data.events import TRIGGER, split_class
-from gp_jax.tasks.base import RESULT_KEYS, pointers_run_exported, trimmed
+from gp_jax.tasks.base import RESULT_KEYS, pointers_run_exported, trimmed, warn_capped
 from gp_jax.tasks.events import cliques, table
 from gp_jax.tasks.events.metrics import event_prf
 from gp_jax.tasks.events.phee_score import answer_key, phee_score
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 # [size]) as `ops.events.event_hits` gives them.
 POINTERS = ("argument", "head", "tail")
 BUFFERS = tuple(f"{k}_buffer" for k in POINTERS)
+OUTPUT_FIELDS = ("events",)  # the fields `output_record` writes
 OUTPUTS = tuple(f"{k}_{x}" for k in POINTERS for x in ("count", "coords", "scores"))
 COUNTS = ("over_bound", "over_bound_arguments", "multi_trigger", "merged")  # what window_hits counts (logged)
 GROUPINGS = ("cliques", "trigger")
@@ -74,11 +76,11 @@ prepare = table.prepare
 
 def _bounded(argument, head, tail, pairs, bound: int):
   """Argument hits of (row, event type) groups above `bound` removed, and the link hits of rows left without
-  arguments -> (argument, head, tail) hits, groups removed, their arguments."""
+  arguments -> (argument, head, tail) hits, groups removed, their arguments, the rows they were in (int64 [n])."""
   (ac, as_), (hc, hs), (tc, ts) = (trimmed(h) for h in (argument, head, tail))
   ac, hc, tc = (np.asarray(c, np.int64).reshape(-1, 4) for c in (ac, hc, tc))
   if not ac.size:
-    return (0, ac, as_), (0, hc[:0], hs[:0]), (0, tc[:0], ts[:0]), 0, 0
+    return (0, ac, as_), (0, hc[:0], hs[:0]), (0, tc[:0], ts[:0]), 0, 0, np.zeros(0, np.int64)
   type_names = sorted({t for t, _ in pairs})
   type_of_class = np.asarray([type_names.index(t) for t, _ in pairs], np.int64)
   if ac[:, 1].max() >= len(pairs) or ac[:, 1].min() < 0:
@@ -91,7 +93,8 @@ def _bounded(argument, head, tail, pairs, bound: int):
   rows = np.unique(ac[keep, 0])
   keep_h, keep_t = np.isin(hc[:, 0], rows), np.isin(tc[:, 0], rows)
   return ((int(keep.sum()), ac[keep], as_[keep]), (int(keep_h.sum()), hc[keep_h], hs[keep_h]),
-          (int(keep_t.sum()), tc[keep_t], ts[keep_t]), int(over.sum()), int(counts[over].sum()))
+          (int(keep_t.sum()), tc[keep_t], ts[keep_t]), int(over.sum()), int(counts[over].sum()),
+          np.unique(uniq[over] // len(type_names)).astype(np.int64))
 
 
 def one_trigger_each(event: cliques.Event, trigger_role: str = TRIGGER) -> list[cliques.Event]:
@@ -128,20 +131,21 @@ def merge_by_trigger(events: Sequence[tuple]) -> tuple[list[tuple], int]:
 
 def window_hits(outputs, window_index, *, types: Sequence[str] = (), options: Mapping | None = None) -> dict:
   """(argument hits, head hits, tail hits) as `ops.events.event_hits` gives them and the batch's window index ->
-  {"events": [(window, type, ((role, start, end, score), ...), score)], "counts": {COUNTS}}, tokens of the window.
-  `types`: the span classes "type:role" (the model's argument classes, in order)."""
+  {"events": [(window, type, ((role, start, end, score), ...), score)], "counts": {COUNTS}, "capped": the windows
+  of groups over the bound (`assemble` names their records in a warning)}, tokens of the window. `types`: the span
+  classes "type:role" (the model's argument classes, in order)."""
   pairs = tuple(split_class(t) for t in types)
   bound = int((options or {}).get("max_arguments_per_type", cliques.MAX_ARGUMENTS_PER_TYPE))
   window_B = np.asarray(window_index)
-  argument, head, tail, over, over_args = _bounded(*outputs[:3], pairs, bound)
+  argument, head, tail, over, over_args, rows = _bounded(*outputs[:3], pairs, bound)
   grouping = cliques.group_events(argument, head, tail, classes=pairs, require_trigger=False,
                                   max_arguments_per_type=bound)
   counts = {"over_bound": over + grouping.over_bound,
             "over_bound_arguments": over_args + grouping.over_bound_arguments, "multi_trigger": 0, "merged": 0}
-  if counts["over_bound"]:
-    log.warning("%d (row, event type) groups hold more than %d decoded arguments (%d arguments in all; an untrained "
-                "model fires nearly everywhere): no events from them", counts["over_bound"], bound,
-                counts["over_bound_arguments"])
+  if counts["over_bound"]:  # `assemble` names the records in a warning
+    log.info("%d (row, event type) groups hold more than %d decoded arguments (%d arguments in all): no events from "
+             "them", counts["over_bound"], bound, counts["over_bound_arguments"])
+  capped = window_B[rows[rows < window_B.shape[0]]].astype(np.int64)
   events = []
   for e in grouping.events:
     w = int(window_B[e.row]) if 0 <= e.row < window_B.shape[0] else -1
@@ -154,12 +158,13 @@ def window_hits(outputs, window_index, *, types: Sequence[str] = (), options: Ma
     log.info("%d decoded cliques held several triggers: one event per trigger", counts["multi_trigger"])
   if (options or {}).get("event_grouping", "cliques") == "trigger":
     events, counts["merged"] = merge_by_trigger(events)
-  return {"events": events, "counts": counts}
+  return {"events": events, "counts": counts, "capped": capped[capped >= 0]}
 
 
 def concat_hits(hits: Sequence[dict]) -> dict:
   return {"events": [e for h in hits for e in h["events"]],
-          "counts": {k: sum(h["counts"][k] for h in hits) for k in COUNTS}}
+          "counts": {k: sum(h["counts"][k] for h in hits) for k in COUNTS},
+          "capped": np.concatenate([np.zeros(0, np.int64)] + [np.asarray(h["capped"], np.int64) for h in hits])}
 
 
 # ----------------------------------------------------------------------------- records
@@ -171,6 +176,8 @@ def assemble(prepared, hits) -> list[dict]:
   them; `output_record` drops them). An event counts where its deciding window found it; equal events keep the
   highest score."""
   p = prepared
+  warn_capped(p, hits.get("capped", ()), what="events",
+              why="held more decoded arguments of one event type than grouping takes (cliques.MAX_ARGUMENTS_PER_TYPE)")
   out = [{"events": []} for _ in range(p.num_records)]
   evs = hits["events"]
   if not evs:
@@ -223,6 +230,21 @@ def output_record(text: str, prediction: Mapping) -> dict:
                      for e in prediction["events"] if e["trigger"] is not None]}
 
 
+def output_records(texts: Sequence[str], predictions: Sequence[Mapping]) -> list[dict]:
+  """`output_record` of each text and its prediction (what predict writes for a chunk of texts). Events without a
+  trigger stay out of the output, as Su's `extract_events` leaves them out (docs/tasks.md; a written event always
+  has its trigger, which the PHEE scorer and the event level read), and are counted in one warning per chunk;
+  evaluation's argument level still scores them."""
+  rows = [output_record(t, x) for t, x in zip(texts, predictions, strict=True)]
+  total = sum(len(x["events"]) for x in predictions)
+  dropped = total - sum(len(r["events"]) for r in rows)
+  if dropped:
+    log.warning("%d of %d predicted events have no trigger: not written (an event is written with its trigger, as "
+                "Su's extract_events; %d of %d texts had such events)", dropped, total,
+                sum(any(e["trigger"] is None for e in x["events"]) for x in predictions), len(rows))
+  return rows
+
+
 # ----------------------------------------------------------------------------- the metric
 
 
@@ -273,6 +295,7 @@ def result_lines(result: dict) -> list[str]:
 run_exported = pointers_run_exported(POINTERS)
 
 
-__all__ = ["POINTERS", "BUFFERS", "OUTPUTS", "COUNTS", "labels_to_json", "labels_from_json", "manifest_settings",
-           "prepare", "one_trigger_each", "merge_by_trigger", "GROUPINGS", "window_hits", "concat_hits", "assemble", "output_record", "phee_like",
-           "score", "final_fields", "result_lines", "run_exported"]
+__all__ = ["POINTERS", "BUFFERS", "OUTPUTS", "OUTPUT_FIELDS", "COUNTS", "labels_to_json", "labels_from_json",
+           "manifest_settings", "prepare", "one_trigger_each", "merge_by_trigger", "GROUPINGS", "window_hits",
+           "concat_hits", "assemble", "output_record", "output_records", "phee_like", "score", "final_fields",
+           "result_lines", "run_exported"]

@@ -16,7 +16,8 @@ import numpy as np
 from gp_jax.data.sources import relation_types as union_relation_types
 from gp_jax.data.windows import _ranges
 from gp_jax.errors import UserError
-from gp_jax.tasks.base import RESULT_KEYS, PointerTask, load_label_file, pointer_config_refusal, save_label_file
+from gp_jax.tasks.base import (RESULT_KEYS, PointerTask, count_missing_key, load_label_file, pointer_config_refusal,
+                               save_label_file, threshold_config_refusal)
 from gp_jax.tasks.relations import host, table
 
 RELATION_TYPES_FILE = "relation_types.json"  # a task=relations workdir's relation types, beside types.json
@@ -42,6 +43,17 @@ def relation_targets(p, rows: np.ndarray, w: np.ndarray, span_ids_BHK: np.ndarra
     out[name] = ids
     over += int((~keep).sum())
   return out, over
+
+
+def check_roles(roles, entity_types) -> None:
+  """UserError unless `roles` (data.roles, or the corpus's) are two of the data's `entity_types` ((): no roles)."""
+  missing = [r for r in roles if r not in entity_types]
+  if missing:
+    types = list(entity_types)
+    example = f" (e.g. data.roles={types[0]},{types[1]})" if len(types) > 1 else ""
+    what = "is not an entity type" if len(missing) == 1 else "are not entity types"
+    raise UserError(f"data.roles={','.join(roles)}: {', '.join(map(repr, missing))} {what} of the data "
+                    f"{tuple(types)}: expected the subject's then the object's entity type{example}")
 
 
 class RelationTask(PointerTask):
@@ -73,8 +85,9 @@ class RelationTask(PointerTask):
 
   @classmethod
   def config_refusal(cls, config) -> str | None:
-    """A tagger head or a loss other than sparse ZLPR is refused (`base.pointer_config_refusal`)."""
-    return pointer_config_refusal(config, task="relations", pointers="relation")
+    """A tagger head, a loss other than sparse ZLPR (`base.pointer_config_refusal`) or tune_threshold is refused."""
+    return (pointer_config_refusal(config, task="relations", pointers="relation")
+            or threshold_config_refusal(config, cls.threshold_refusal))
 
   @classmethod
   def from_spec(cls, spec) -> RelationTask:
@@ -82,11 +95,16 @@ class RelationTask(PointerTask):
 
   # Label space: the relation types (relation_types.json beside types.json, the name older workdirs have).
   def labels(self, *, train, dev, test) -> tuple[str, ...]:
-    """The union over labelled splits; none is the user's error (the corpus holds no relations)."""
-    out = tuple(union_relation_types(train=train, dev=dev, test=test))
+    """The union over labelled splits; none is the user's error (the corpus holds no relations), as are roles
+    that are not two of the records' entity types (refused here, before anything compiles). Records without a
+    "relations" key are read as holding none, counted in the log."""
+    splits = {"train": train, "dev": dev, "test": test}
+    out = tuple(union_relation_types(**splits))
     if not out:
       raise UserError('task=relations: the corpus holds no relations: expected records with "relations": '
                       '[{"head", "tail", "type"}] (jsonl), a casrel file, webnlg_star or synthetic_relations')
+    check_roles(self.roles, sorted({e["type"] for recs in splits.values() for r in recs for e in r["entities"]}))
+    count_missing_key("relations", splits, "relations")
     return out
 
   def split_labels(self, prepared) -> tuple[str, ...]:
@@ -146,4 +164,4 @@ class RelationTask(PointerTask):
 
 TASK = RelationTask
 
-__all__ = ["TASK", "RelationTask", "relation_targets", "RELATION_TYPES_FILE"]
+__all__ = ["TASK", "RelationTask", "relation_targets", "check_roles", "RELATION_TYPES_FILE"]

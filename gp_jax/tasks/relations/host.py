@@ -22,7 +22,7 @@ from gp_jax.data import merge
 from gp_jax.data.relations import ROLES
 from gp_jax.metrics import bucket_counts, overlap_kinds, per_record_counts, span_prf, triple_prf
 from gp_jax.ops.relations import TRIPLE_COLUMNS, assemble_triples
-from gp_jax.tasks.base import RESULT_KEYS, pointers_run_exported, trimmed
+from gp_jax.tasks.base import RESULT_KEYS, pointers_run_exported, trimmed, warn_capped
 from gp_jax.tasks.relations import table
 
 log = logging.getLogger(__name__)
@@ -32,11 +32,13 @@ log = logging.getLogger(__name__)
 # [size, 4], scores [size]) as `ops.relation_hits` gives them.
 POINTERS = ("entity", "head", "tail")
 BUFFERS = tuple(f"{k}_buffer" for k in POINTERS)
+OUTPUT_FIELDS = ("entities", "relations")  # the fields `output_record` writes
 OUTPUTS = tuple(f"{k}_{x}" for k in POINTERS for x in ("count", "coords", "scores"))
 
 # (head hit, subject, object) candidates one row may take on the host. An untrained model decodes entities nearly
 # everywhere, so its pointer hits join into ~R * L^2 * (entities per token)^2 candidates (minutes of Python per
-# batch); such rows give no triples and are counted. A trained model's rows hold a few dozen.
+# batch); such rows give no triples, and `assemble` names their records in one warning (a trained model on text
+# unlike its training data may fire as widely). A trained model's rows hold a few dozen.
 MAX_CANDIDATES_PER_ROW = 1 << 15
 TRIPLE_KEYS = ("window", "relation", "subject_type", "subject_start", "subject_end", "object_type", "object_start",
                "object_end")
@@ -112,10 +114,17 @@ def bounded_rows(entity_hits, head_hits, tail_hits, *, subject_types=None, objec
   """(head hits, tail hits, rows dropped): the pointer hits of rows whose candidates for `ops.assemble_triples`
   (per head hit: the subjects starting at its subject token x the objects starting at its object token, each side
   of its role's types, None: any) exceed `budget` removed; hits as `ops.relation_hits` gives them, trimmed."""
+  head, tail, rows = _bounded(entity_hits, head_hits, tail_hits, subject_types=subject_types,
+                              object_types=object_types, budget=budget)
+  return head, tail, len(rows)
+
+
+def _bounded(entity_hits, head_hits, tail_hits, *, subject_types, object_types, budget: int):
+  """`bounded_rows`, with the dropped rows' indices (int64 [n]) in place of their count."""
   (ec, _), (hc, hs), (tc, ts) = (trimmed(h) for h in (entity_hits, head_hits, tail_hits))
   ec, hc, tc = (np.asarray(c, np.int64).reshape(-1, 4) for c in (ec, hc, tc))
   if not hc.size:
-    return (0, hc, hs), (tc.shape[0], tc, ts), 0
+    return (0, hc, hs), (tc.shape[0], tc, ts), np.zeros(0, np.int64)
   width = int(max(ec[:, 2].max(initial=0), hc[:, 2:].max(initial=0))) + 1
   rows = int(max(ec[:, 0].max(initial=0), hc[:, 0].max(), tc[:, 0].max(initial=0))) + 1
 
@@ -127,28 +136,31 @@ def bounded_rows(entity_hits, head_hits, tail_hits, *, subject_types=None, objec
   over = np.bincount(hc[:, 0], weights=cand, minlength=rows) > budget
   keep_h, keep_t = ~over[hc[:, 0]], ~over[tc[:, 0]] if tc.size else np.zeros(0, bool)
   return ((int(keep_h.sum()), hc[keep_h], hs[keep_h]), (int(keep_t.sum()), tc[keep_t], ts[keep_t]),
-          int(over.sum()))
+          np.flatnonzero(over).astype(np.int64))
 
 
 def window_hits(outputs, window_index, *, types: Sequence[str] = (), options: Mapping | None = None) -> dict:
   """(entity hits, head hits, tail hits) as `ops.relation_hits` gives them (counts within their buffers) and the
-  batch's window index -> {"entities": window hit columns, "triples": window triple columns}. `types`: the entity
-  types, which options["roles"] names (the subject and object sides; budget and join respect them)."""
+  batch's window index -> {"entities": window hit columns, "triples": window triple columns, "capped": the windows
+  whose rows held more than MAX_CANDIDATES_PER_ROW candidates, so gave no triples (`assemble` names their records
+  in the log)}. `types`: the entity types, which options["roles"] names (the subject and object sides; budget and
+  join respect them)."""
   subject_types, object_types = role_ids(types, (options or {}).get("roles", ()))
   window_B = np.asarray(window_index)
   entity = trimmed(outputs[0])
-  head, tail, dropped = bounded_rows(*outputs, subject_types=subject_types, object_types=object_types)
-  if dropped:
-    log.warning("%d rows of a batch hold more than %d candidate triples (an untrained model's pointers fire "
-                "nearly everywhere): no triples assembled for them", dropped, MAX_CANDIDATES_PER_ROW)
+  head, tail, rows = _bounded(*outputs, subject_types=subject_types, object_types=object_types,
+                              budget=MAX_CANDIDATES_PER_ROW)
+  capped = window_B[rows[rows < window_B.shape[0]]].astype(np.int64)
   triples, scores = assemble_triples((len(entity[0]), *entity), head, tail, subject_types=subject_types,
                                      object_types=object_types)
-  return {"entities": merge.batch_hits(window_B, *entity), "triples": triple_columns(triples, scores, window_B)}
+  return {"entities": merge.batch_hits(window_B, *entity), "triples": triple_columns(triples, scores, window_B),
+          "capped": capped[capped >= 0]}
 
 
 def concat_hits(hits: Sequence[dict]) -> dict:
   return {"entities": merge.concat_hits([h["entities"] for h in hits]),
-          "triples": _concat_columns([h["triples"] for h in hits], TRIPLE_KEYS + ("score",))}
+          "triples": _concat_columns([h["triples"] for h in hits], TRIPLE_KEYS + ("score",)),
+          "capped": np.concatenate([np.zeros(0, np.int64)] + [np.asarray(h["capped"], np.int64) for h in hits])}
 
 
 # ----------------------------------------------------------------------------- records
@@ -159,6 +171,8 @@ def assemble(prepared, hits) -> list[dict]:
   and tail index the record's entities; the first n entities are the entity pointer's (merged over windows), a
   triple's entity that merging dropped is added after them with the triple's score."""
   p = prepared
+  warn_capped(p, hits.get("capped", ()), what="relations",
+              why=f"held more than {MAX_CANDIDATES_PER_ROW} candidate triples")
   entities = merge.merge_predictions(p, hits["entities"])
   t = hits["triples"]
   w = t["window"]
@@ -212,6 +226,11 @@ def output_record(text: str, prediction: Mapping) -> dict:
   return {"entities": _entity_rows(text, prediction["entities"]),
           "relations": [{"head": int(r["head"]), "tail": int(r["tail"]), "type": r["type"],
                          "score": round(float(r["score"]), 4)} for r in prediction["relations"]]}
+
+
+def output_records(texts: Sequence[str], predictions: Sequence[Mapping]) -> list[dict]:
+  """`output_record` of each text and its prediction: what predict writes for a chunk of texts."""
+  return [output_record(t, x) for t, x in zip(texts, predictions, strict=True)]
 
 
 # ----------------------------------------------------------------------------- the metric
@@ -283,5 +302,5 @@ run_exported = pointers_run_exported(POINTERS)
 
 __all__ = ["POINTERS", "BUFFERS", "OUTPUTS", "MAX_CANDIDATES_PER_ROW", "TRIPLE_KEYS", "MATCHES", "OVERLAP_KINDS",
            "TRIPLE_COUNTS", "labels_to_json", "labels_from_json", "manifest_settings", "role_ids", "prepare",
-           "triple_columns", "bounded_rows", "window_hits", "concat_hits", "assemble", "output_record", "triples",
-           "breakdowns", "score", "run_exported"]
+           "triple_columns", "bounded_rows", "window_hits", "concat_hits", "assemble", "output_record",
+           "output_records", "OUTPUT_FIELDS", "triples", "breakdowns", "score", "run_exported"]
