@@ -7,7 +7,8 @@ A run is a folder holding config.json or results.json (found recursively; local 
 Finished runs fall into cells: runs whose configs differ in the seed only, after resolving defaults (a key an
 older config.json lacks takes its default from gp_jax.configs.base.get_config(); model.dtype=auto is what it
 resolved to, float32 on CPU runs; keys that only say how a run logs or saves, runs.BOOKKEEPING_KEYS, are left
-out). Cells are shown by data.name, model.encoder, model.head and model.use_rope ("n/a" for tagger heads, which
+out). Cells are shown (as the resolved config has them) by data.name, model.encoder, model.head and model.use_rope
+("n/a" for tagger heads, which
 have no RoPE), by model.pointer_rope too when some run is a relation or event run (config.task=relations or events,
 GPLinker: use_rope is RoPE on its entity / (event type, role) argument pointer, pointer_rope on its two link
 pointers; "n/a" for entity runs, and configs without a task are entity runs; task names are the registry's,
@@ -19,7 +20,10 @@ mean +- std (statistics.stdev; "-" when n = 1) of dev/test F1, precision, recall
 (subject, relation, object) triples in the form results.json's "match" names, for event runs Su's argument level,
 as lines under the table say), train tokens/s and parameter count, then epochs trained and whether training stopped
 early. Preempted, failed and unfinished runs are listed apart, never averaged; a failed run without config.json is
-named by its folder (config unknown), never made a cell.
+named by its folder (config unknown), never made a cell; a finished run whose dev or test F1 is not a number (NaN:
+a diverged run) is left out of its cell and flagged. F1/P/R columns name the split as the runs' config does
+(data.dev_split, data.test_split; splits.py): "official dev" for a corpus's dev reported as the test figure
+(data.test_split=dev), "holdout" for a dev held out of the training split (data.dev_split=holdout).
 
 Significance, for the study's comparisons within a dataset x encoder (x max_len) x variant: RoPE on vs off per
 head, GP vs CRF, EGP vs GP, each trick vs plain (for relation and event runs each among cells of one pointer RoPE
@@ -32,7 +36,10 @@ family of each study (one DIR, or each subfolder of a DIR whose runs sit in subf
 Holm-adjusted p values at both levels; the influence check (stats.influence) leaves the --influence_k records that
 carry the difference most out of both cells and flags a difference that this halves or flips. "Significant": both
 adjusted p < 0.05 and not flagged. A comparison that cannot be paired (its cells differ in more than the compared
-setting, two runs of a cell share a seed, no seed in common) is skipped with a line saying why.
+setting, two runs of a cell share a seed, no seed in common) is skipped with a line saying why, as is a planned one
+(the study ran the settings it combines) whose arm has no finished run in the study, naming that cell and its runs
+that failed, stopped or gave an F1 that is not a number (contrasts.py); a comparison with a non-finite F1 has no p.
+Under the table, per study: over how many comparisons Holm adjusted each p, and the planned ones untested.
 
 Event runs (task=events, e.g. experiments/phee_minilm.py's get_sweep: use_rope on/off x seeds) get a section of
 their own (events.py): per cell and split the argument F1 beside the event-level F1 and the PHEE paper's EM and
@@ -51,15 +58,17 @@ the x axis, a head's relation or event cells once per pointer RoPE setting, RoPE
 over seeds, dots = seeds), when some run has dev F1 by length (relation and event runs have none, and are left out)
 PREFIX_by_length.png (dev F1 by gold entity length in encoder tokens, tp/pred/gold pooled over seeds; a bucket
 without gold entities is left empty, and the axis gives the gold entities per bucket) and, when some run has a dev
-history, PREFIX_epochs.png (dev F1 by epoch per head x RoPE (x pointer RoPE) cell: mean over seeds, band =
-min..max).
+history, PREFIX_epochs.png (dev F1 by epoch per head x RoPE (x pointer RoPE) cell: mean over all seeds, band =
+min..max, faint where early-stopped seeds have dropped out: the mean of those still training). In the line figures
+no two cells share colour and line style (past the palette's 10 colours the RoPE's dash gets dots).
 Plots need matplotlib: pip install -e '.[plots]'.
 
 Exit status 2 (one line on stderr) when a DIR does not exist or holds no run folder; 1 when --out cannot draw its
 figures (no matplotlib); else 0.
 
 Modules: runs.py (find run folders, read config/results/history, resolve configs), stats.py (cells, mean +- std,
-pooled by-length F1, the comparisons), events.py (the events section), paired.py (t-interval, t-test, paired
+pooled by-length F1), cells.py (a cell's keys, name and flags), contrasts.py (the planned comparisons, Holm families),
+splits.py (what a run's dev and test splits are), events.py (the events section), paired.py (t-interval, t-test, paired
 bootstrap, Holm, influence; numpy and scipy.stats), tables.py (markdown), plots.py (figures), power.py (seeds for a
 paired t-test to reach a Holm-adjusted p < 0.05, `python -m launch.report.power`), headline.py (the "Does RoPE matter?" table of docs/results.md,
 `python -m launch.report.headline`); this file is the CLI (`python -m launch.report`).

@@ -12,10 +12,12 @@ argument F1's).
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from .paired import holm, mean_t_interval, seed_t_test
 from .runs import EVENTS
+from .splits import split_label
 from .stats import cell_name
 
 FIGURES = ("Trigger", "MainArgs", "SubArgs")  # results.json phee.headline, in the paper's order
@@ -50,7 +52,7 @@ def _mean_std(values: list[float]) -> str:
 
 
 def _fmt(values: list[float | None], n: int) -> str:
-  known = [v for v in values if v is not None]
+  known = [v for v in values if v is not None and math.isfinite(v)]  # NaN: not averaged, (n=k) says so
   cell = _mean_std(known)
   return cell if len(known) == n or not known else f"{cell} (n={len(known)})"
 
@@ -89,7 +91,8 @@ def figures_table(summary: list[dict]) -> str:
         continue
       n = len(runs)
       figures = [_fmt([headline(r, split, f, kind) for r in runs], n) for kind, _ in kinds for f in FIGURES]
-      lines.append("| " + " | ".join([g["dataset"], g["encoder"], cell_name(g), split, str(n),
+      lines.append("| " + " | ".join([g["dataset"], g["encoder"], cell_name(g), split_label(g.get("config"), split),
+                                      str(n),
                                       _fmt([_split_f1(r, split, "f1") for r in runs], n),
                                       _fmt([_split_f1(r, split, "event_level", "f1") for r in runs], n),
                                       *figures]) + " |")
@@ -165,7 +168,8 @@ def paired_table(entries: list[dict]) -> str:
   for e in entries:
     r = e["row"]
     figures = [e["why"]] * len(FIGURES) if e["why"] else [_figure_cell(e["figures"][f]) for f in FIGURES]
-    lines.append("| " + " | ".join([str(e["index"]), r["a"]["dataset"], r["what"], r["split"],
+    lines.append("| " + " | ".join([str(e["index"]), r["a"]["dataset"], r["what"],
+                                    split_label(r["a"].get("config"), r["split"]),
                                     ", ".join(map(str, r["seeds"])), _points(r["mean"]), *figures]) + " |")
   return "\n".join(lines)
 

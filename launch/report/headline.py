@@ -18,6 +18,7 @@ import sys
 
 from .paired import INFLUENCE_K
 from .runs import collect
+from .splits import split_label
 from .stats import compare, summarize
 
 # Seeds fixed by the power section of docs/studies/rope_heads.md (2026-11-28) before the new runs: (regular
@@ -75,8 +76,7 @@ def headline_rows(rows: list[dict]) -> list[dict]:
     out.append({"dataset": DATASETS.get(dataset, dataset) + (f", {arm}" if arm else ""),
                 "head": HEADS.get(head, head), "n": n, "order": (list(DATASETS).index(dataset) if dataset in DATASETS
                                                                  else len(DATASETS), dataset, max_len, head != "standard"),
-                "split": "official dev" if r["split"] == "test" and a["config"].get("data.test_split") == "dev"
-                else r["split"],
+                "split": split_label(a["config"], r["split"]),
                 "diff": _points(r["mean"]),
                 "interval": "-" if r["low"] is None else f"[{_points(r['low'])}, {_points(r['high'])}]",
                 "t": _p(r.get("t_p_holm")), "boot": _p(r.get("p_holm")) if r.get("p") is not None else

@@ -4,6 +4,7 @@ influence of single records (leave-one-out). numpy and scipy.stats; stats.py pai
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import numpy as np
@@ -32,8 +33,11 @@ def t_quantile(q: float, df: float) -> float:
 
 
 def mean_t_interval(values, level: float = 0.95) -> tuple[float, float | None, float | None]:
-  """(mean, low, high): the `level` t-interval of the mean of `values`; no interval for fewer than 2 values."""
+  """(mean, low, high): the `level` t-interval of the mean of `values`; no interval for fewer than 2 values, nor
+  when a value is not finite (the mean is then NaN or inf)."""
   values = [float(v) for v in values]
+  if not all(math.isfinite(v) for v in values):
+    return float(np.mean(values)), None, None
   mean = statistics.mean(values)
   if len(values) < 2:
     return mean, None, None
@@ -43,10 +47,13 @@ def mean_t_interval(values, level: float = 0.95) -> tuple[float, float | None, f
 
 def seed_t_test(values) -> tuple[float | None, str | None]:
   """(two-sided p, None) of a one-sample t-test of the per-seed differences against 0, i.e. the paired t-test of
-  the two cells' per-seed F1s (scipy.stats.ttest_rel); (None, why) for one seed or differences without spread."""
+  the two cells' per-seed F1s (scipy.stats.ttest_rel); (None, why) for one seed, a value that is not finite, or
+  differences without spread."""
   values = np.asarray(values, np.float64)
   if len(values) < 2:
     return None, "n = 1"
+  if not np.isfinite(values).all():
+    return None, f"{int((~np.isfinite(values)).sum())} of {len(values)} values not a number"
   if np.ptp(values) <= 1e-12:  # equal up to rounding: scipy would warn and give a meaningless p
     return None, "no spread over seeds"
   from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
@@ -56,9 +63,9 @@ def seed_t_test(values) -> tuple[float | None, str | None]:
 
 def holm(pvalues) -> list[float | None]:
   """Holm's step-down adjustment of one family's p values, in their order: the i-th smallest of m is multiplied by
-  m - i + 1 (i from 1), capped at 1, then made non-decreasing along that order. None (not tested) stays None and
-  does not count in m."""
-  tested = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+  m - i + 1 (i from 1), capped at 1, then made non-decreasing along that order. None (not tested) and a p that is
+  not a finite number (a test of NaN) are None and do not count in m."""
+  tested = sorted((float(p), i) for i, p in enumerate(pvalues) if p is not None and math.isfinite(float(p)))
   out: list[float | None] = [None] * len(pvalues)
   running = 0.0
   for rank, (p, i) in enumerate(tested):

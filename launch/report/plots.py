@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+import math
 import statistics
 
 from etils import epath
 
 from .runs import EVENTS, NO_ROPE, PLAIN, RELATIONS, TAGGER
+from .splits import joined
 from .stats import gold_by_length, length_buckets, pointer_name, pooled_by_length, setting_order
 
 ROPE_STYLE = {  # rope -> (label, bar colour, line style)
@@ -18,6 +20,7 @@ ROPE_STYLE = {  # rope -> (label, bar colour, line style)
 CELL_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
                 "tab:cyan", "tab:gray")  # line plots: one per head x RoPE (x pointer RoPE) cell
 _DPI = 120
+LEGEND_LINE = 4.0  # legend handle length (font sizes) of line figures: a whole period of `_line_style`'s dashes
 
 
 def _pyplot():
@@ -88,12 +91,23 @@ def _cell_label(head: str, rope: str, pointer_rope: str) -> str:
   return ", ".join(p for p in parts if p)
 
 
-def _cell_style(summary: list[dict]) -> dict[tuple[str, str, str], tuple[str, str, str]]:
-  """(head, rope, pointer RoPE) -> (label, colour per cell, line style by RoPE), the same in every panel of a
-  figure."""
+def _line_style(rope: str, cycle: int):
+  """The line style of a cell: by RoPE in the palette's first pass; in its later passes (`cycle` > 0, the colours
+  again) the RoPE's dash followed by cycle + 1 dots, so no two cells share colour and line style."""
+  base = ROPE_STYLE.get(rope, ("", "", ":"))[2]
+  if not cycle:
+    return base
+  dash = {"-": 6.0, "--": 3.0, "-.": 4.5}.get(base, 1.5)
+  return (0, (dash, 1.5) + (1.0, 1.5) * (cycle + 1))
+
+
+def _cell_style(summary: list[dict]) -> dict[tuple[str, str, str], tuple]:
+  """(head, rope, pointer RoPE) -> (label, colour, line style): colours in turn, line style by RoPE (`_line_style`),
+  the same in every panel of a figure."""
   out = {}
   for i, key in enumerate(_cell_order(summary)):
-    out[key] = (_cell_label(*key), CELL_COLOURS[i % len(CELL_COLOURS)], ROPE_STYLE.get(key[1], ("", "", ":"))[2])
+    cycle, colour = divmod(i, len(CELL_COLOURS))
+    out[key] = (_cell_label(*key), CELL_COLOURS[colour], _line_style(key[1], cycle))
   return out
 
 
@@ -113,14 +127,16 @@ def _cell_handles(plt, summary: list[dict], groups: list[dict] | None = None) ->
 _MARGIN_IN = 0.1  # inches kept free at the figure's edges and between the legend, the title and the panels
 
 
-def _layout_with_legend(fig, handles: list, *, title: str | None = None, fontsize: int = 10):
+def _layout_with_legend(fig, handles: list, *, title: str | None = None, fontsize: int = 10,
+                        handlelength: float = 2.0):
   """A legend centred above the panels (and `title` under it), in as few rows as fit the figure's width with equal
   rows; the figure grows by their height, so the panels keep their size, and the panels are laid out below."""
   renderer = fig.canvas.get_renderer()
   room = fig.get_figwidth() * fig.dpi - 2 * _MARGIN_IN * fig.dpi
   fits = 1
   for ncol in range(len(handles), 0, -1):
-    trial = fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=fontsize, frameon=False)
+    trial = fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=fontsize, frameon=False,
+                       handlelength=handlelength)
     wide = trial.get_window_extent(renderer).width
     trial.remove()
     if wide <= room:
@@ -130,6 +146,7 @@ def _layout_with_legend(fig, handles: list, *, title: str | None = None, fontsiz
   ncol = -(-len(handles) // rows)  # the same rows, filled evenly
   panels_h = fig.get_figheight()
   legend = fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=fontsize, frameon=False,
+                      handlelength=handlelength,
                       bbox_to_anchor=(0.5, 1.0))
   top = legend.get_window_extent(renderer).height / fig.dpi + _MARGIN_IN
   text = fig.text(0.5, 1.0, title, fontsize=11, ha="center", va="top") if title else None  # not a suptitle,
@@ -163,8 +180,9 @@ def plot_f1(summary: list[dict], path: str | None = None):
   """One panel per dataset: heads on the x axis (a head's relation or event cells once per pointer RoPE setting), RoPE
   on/off side by side; bar = mean over seeds, dots = seeds.
 
-  Each panel shows test F1 when every group there has it, else dev F1 (named in the title; "triple F1" when every
-  group there is task=relations, "argument F1" when every one is task=events). Returns the figure.
+  Each panel shows test F1 when every group there has it, else dev F1 (named in the title as the cells' configs
+  name the split, `splits.split_label`: e.g. "official dev"; "triple F1" when every group there is task=relations,
+  "argument F1" when every one is task=events). Returns the figure.
   """
   plt = _pyplot()
   datasets = _datasets(summary)
@@ -174,6 +192,7 @@ def plot_f1(summary: list[dict], path: str | None = None):
   for ax, ds in zip(axes, datasets):
     groups = [g for g in summary if _panel(g) == ds]
     split = "test" if all(g["metrics"]["test F1"][0] is not None for g in groups) else "dev"
+    named = joined([g.get("config") for g in groups], split)  # "official dev" where the config says so
     slots = _head_order(groups)
     several = len({e for e, _, _ in slots}) > 1
     top = 0.0
@@ -205,8 +224,8 @@ def plot_f1(summary: list[dict], path: str | None = None):
     ax.set_ylim(0, min(105.0, max(10.0, top * 1.12)))
     tasks = {g.get("task") for g in groups}
     f1 = "triple F1" if tasks == {RELATIONS} else "argument F1" if tasks == {EVENTS} else "F1"
-    ax.set_title(f"{ds}: {split} {f1} ({_encoders(groups)} encoder)", fontsize=11)
-    ax.set_ylabel(f"{split} {f1} (%)", fontsize=10)
+    ax.set_title(f"{ds}: {named} {f1} ({_encoders(groups)} encoder)", fontsize=11)
+    ax.set_ylabel(f"{named} {f1} (%)", fontsize=10)
     ax.tick_params(axis="y", labelsize=9)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
@@ -255,31 +274,36 @@ def plot_by_length(rows: list[dict], summary: list[dict], path: str | None = Non
     gold = gold_by_length([m for g in groups for m in g["members"]], buckets=buckets)
     ax.set_xticks(xs)
     ax.set_xticklabels([f"{b}\n{_gold_label(gold[b])} gold" for b in buckets], fontsize=9)
-    ax.set_title(f"{ds}: dev F1 by entity length ({_encoders(groups)} encoder)", fontsize=11)
+    dev = joined([g.get("config") for g in groups], "dev")  # "holdout" where the config says so
+    ax.set_title(f"{ds}: {dev} F1 by entity length ({_encoders(groups)} encoder)", fontsize=11)
     ax.set_ylim(0, 100)
     ax.set_xlabel("gold entity length (encoder tokens); gold entities per run", fontsize=10)
-    ax.set_ylabel("dev F1 (%), pooled over seeds", fontsize=10)
+    ax.set_ylabel(f"{dev} F1 (%), pooled over seeds", fontsize=10)
     ax.grid(alpha=0.3)
-  _layout_with_legend(fig, _cell_handles(plt, summary, with_lengths))
+  _layout_with_legend(fig, _cell_handles(plt, summary, with_lengths), handlelength=LEGEND_LINE)
   if path:
     _save(fig, path)
   return fig
 
 
-def _history_curve(members: list[dict], unit: str) -> tuple[list[float], list[float], list[float], list[float]]:
-  """(x, mean, min, max) of dev F1 (%) over the seeds evaluated at each x (x = epoch or step)."""
+def _history_curve(members: list[dict], unit: str) -> tuple[list[float], ...]:
+  """(x, mean, min, max, seeds) of dev F1 (%) over the seeds evaluated at each x (x = epoch or step; a value that is
+  not a number is left out)."""
   at: dict[float, list[float]] = {}
   for m in members:
     for h in m["history"]:
-      at.setdefault(round(float(h[unit]), 6), []).append(100 * h["f1"])
+      if h["f1"] is not None and math.isfinite(h["f1"]):
+        at.setdefault(round(float(h[unit]), 6), []).append(100 * h["f1"])
   xs = sorted(at)
-  return xs, [statistics.mean(at[x]) for x in xs], [min(at[x]) for x in xs], [max(at[x]) for x in xs]
+  return (xs, [statistics.mean(at[x]) for x in xs], [min(at[x]) for x in xs], [max(at[x]) for x in xs],
+          [len(at[x]) for x in xs])
 
 
 def plot_epochs(summary: list[dict], path: str | None = None):
   """One panel per dataset with a dev history: dev F1 by epoch per head x RoPE (x pointer RoPE) cell, mean over
-  seeds, band = min..max. A panel is by step when some run there has no known steps per epoch. None when no run has
-  one."""
+  seeds, band = min..max; where some seeds have stopped (early stopping), the mean of those still training is drawn
+  faint and the legend says from where and over how many. A panel is by step when some run there has no known steps
+  per epoch. None when no run has one."""
   datasets = [ds for ds in _datasets(summary) if any(m["history"] for g in summary if _panel(g) == ds
                                                        for m in g["members"])]
   if not datasets:
@@ -287,26 +311,41 @@ def plot_epochs(summary: list[dict], path: str | None = None):
   plt = _pyplot()
   fig, axes = _grid(plt, len(datasets), panel_w=6.4, panel_h=3.9)
   style, markers = _cell_style(summary), _markers(summary)
+  drawn = []
   for ax, ds in zip(axes, datasets):
     groups = [g for g in summary if _panel(g) == ds and any(m["history"] for m in g["members"])]
     cells = _cell_order(summary)
     groups.sort(key=lambda g: cells.index(_cell_key(g)))
+    drawn += groups
     by_epoch = all(h["epoch"] is not None for g in groups for m in g["members"] for h in m["history"])
     unit = "epoch" if by_epoch else "step"
     for g in groups:
       members = [m for m in g["members"] if m["history"]]
-      xs, mean, lo, hi = _history_curve(members, unit)
+      n = len(members)
+      xs, mean, lo, hi, seeds = _history_curve(members, unit)
       label, colour, ls = style[_cell_key(g)]
-      ax.plot(xs, mean, color=colour, linestyle=ls, marker=markers[g["encoder"]], markersize=3,
-              label=f"{label} (n={len(members)})")
-      if len(members) > 1:
+      fewer = [(x, k) for x, k in zip(xs, seeds) if k < n]
+      if fewer:  # the seeds still training only: faint, under the all-seed line
+        ax.plot(xs, mean, color=colour, linestyle=ls, linewidth=1.0, alpha=0.4, marker=markers[g["encoder"]],
+                markersize=2)
+        least = min(k for _, k in fewer)
+        label += f" (n={n}; faint from {unit} {fewer[0][0]:g}: {'' if least == n - 1 else f'{least}-'}{n - 1} " \
+                 f"seed{'s' * (n > 2)})"
+      else:
+        label += f" (n={n})"
+      ax.plot(xs, [y if k == n else float("nan") for y, k in zip(mean, seeds)], color=colour, linestyle=ls,
+              marker=markers[g["encoder"]], markersize=3, label=label)
+      if n > 1:
         ax.fill_between(xs, lo, hi, color=colour, alpha=0.15, linewidth=0)
-    ax.set_title(f"{ds}: dev F1 during training ({_encoders(groups)} encoder)", fontsize=11)
+    dev = joined([g.get("config") for g in groups], "dev")  # "holdout" where the config says so
+    ax.set_title(f"{ds}: {dev} F1 during training ({_encoders(groups)} encoder)", fontsize=11)
     ax.set_xlabel("epoch" if by_epoch else "training step (steps per epoch unknown)", fontsize=10)
-    ax.set_ylabel("dev F1 (%)", fontsize=10)
+    ax.set_ylabel(f"{dev} F1 (%)", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right", framealpha=0.8)
-  fig.suptitle("Dev F1 by epoch: line = mean over seeds, band = min..max over seeds, n = seeds", fontsize=11)
+    ax.legend(fontsize=8, loc="lower right", framealpha=0.8, handlelength=LEGEND_LINE)
+  dev = joined([g.get("config") for g in drawn], "dev")
+  fig.suptitle(f"{dev[0].upper() + dev[1:]} F1 by epoch: line = mean over all n seeds, band = min..max over seeds\n"
+               "faint = mean over the seeds still training where others had stopped early", fontsize=11)
   fig.tight_layout()
   if path:
     _save(fig, path)

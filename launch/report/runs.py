@@ -236,8 +236,10 @@ def collect(roots) -> list[dict]:
     for rel, path in find_runs(root):
       config = _dict_or_none(sweep.read_json(path / "config.json")) or {}
       results = _dict_or_none(sweep.read_json(path / "results.json"))
-      model, data = config.get("model") or {}, config.get("data") or {}
-      head = model.get("head", "?")
+      # Shown keys as the resolved config has them: a key an older config.json lacks at its default, so that such a
+      # run joins the cell of its resolved config. Without a config.json: "?" (never a cell, `stats.failed_cells`).
+      shown = resolved_config(config, results, SPAN) if config else {}
+      head = shown.get("model.head", "?")
       kind = head_kind(head, results)
       spe = steps_per_epoch(config, results)
       epochs, stopped = training_length(config, results, spe)
@@ -247,16 +249,16 @@ def collect(roots) -> list[dict]:
       rows.append({
           "run": rel if len(roots) == 1 else f"{str(root).rstrip('/')}/{rel}",
           "status": sweep.status_of(results),
-          "dataset": data.get("name", "?"),
-          "encoder": model.get("encoder", "?"),
+          "dataset": shown.get("data.name", "?"),
+          "encoder": shown.get("model.encoder", "?"),
           "head": head,
-          "rope": NO_ROPE if kind == TAGGER else model.get("use_rope", "?"),
+          "rope": NO_ROPE if kind == TAGGER else shown.get("model.use_rope", "?"),
           "task": task,
-          "pointer_rope": (str(model.get("pointer_rope", resolved.get("model.pointer_rope", False)))
-                           if task in POINTER_TASKS else NO_ROPE),
+          "pointer_rope": str(resolved.get("model.pointer_rope", False)) if task in POINTER_TASKS else NO_ROPE,
           "seed": config.get("seed"),
-          "max_len": data.get("max_len", resolved.get("data.max_len") if config else None),
-          "trick": trick_of(config),
+          "max_len": shown.get("data.max_len"),
+          "trick": trick_of({"adversarial": {k: shown.get(f"adversarial.{k}") for k in ("kind", "epsilon")},
+                             "optimizer": {"ema_decay": shown.get("optimizer.ema_decay")}}),
           "results": results,
           "head_kind": kind,
           "length_buckets": length_buckets_of(results),

@@ -8,8 +8,10 @@ import statistics
 from .. import sweep
 from . import events
 from .runs import RELATIONS
+from .splits import ROLES, is_plain, joined, labels_of, split_label
 from .stats import (ALPHA, BOOTSTRAP_RESAMPLES, INFLUENCE_K, METRICS, SHARE_TOPS, cell_flags, cell_name, compare,
-                    duplicate_text, failed_cells, length_buckets, pooled_by_length, seeds_text, summarize)
+                    duplicate_text, failed_cells, length_buckets, nonfinite_f1, pooled_by_length, seeds_text,
+                    summarize)
 
 PERCENT = {"dev F1", "dev P", "dev R", "test F1", "test P", "test R"}  # fractions in results.json, shown in %
 
@@ -44,17 +46,29 @@ def _row(cells) -> str:
   return "| " + " | ".join(cells) + " |"
 
 
+def _metric_header(col: str, configs) -> str:
+  """A METRICS column named by the split its cells' configs say ("official dev F1"; "dev / holdout F1" when they
+  differ: the splits column then names each row's)."""
+  role, _, what = col.partition(" ")
+  return f"{joined(configs, role)} {what}" if role in ROLES else col
+
+
 def groups_table(summary: list[dict]) -> str:
-  """One row per cell; a "check" column, when some cell is flagged (`stats.cell_flags`: failed runs, seeds at F1
-  0), says why that cell's numbers are not a result."""
+  """One row per cell; F1/P/R columns named by the splits the cells' configs say (`splits.split_label`), with a
+  "splits" column when cells differ in them; a "check" column, when some cell is flagged (`stats.cell_flags`:
+  failed runs, seeds at F1 0 or not a number), says why that cell's numbers are not a result."""
   if not summary:
     return "(no finished runs)"
   flags = {id(g): cell_flags(g) for g in summary}
   check = ["check"] if any(flags.values()) else []
-  cols = _key_header(summary) + [c for c, _ in METRICS] + check
+  configs = [g.get("config") for g in summary]
+  mixed = any(len(labels_of(configs, role)) > 1 for role in ROLES)
+  cols = (_key_header(summary) + (["splits (dev / test)"] if mixed else [])
+          + [_metric_header(c, configs) for c, _ in METRICS] + check)
   lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
   for g in summary:
-    cells = _key_cells(g) + [fmt_cell(c, *g["metrics"][c], g["n"]) for c, _ in METRICS]
+    cells = _key_cells(g) + ([" / ".join(split_label(g.get("config"), r) for r in ROLES)] if mixed else [])
+    cells += [fmt_cell(c, *g["metrics"][c], g["n"]) for c, _ in METRICS]
     cells += [f"**flagged**: {'; '.join(flags[id(g)])}" if flags[id(g)] else "ok"] if check else []
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
@@ -87,8 +101,10 @@ def unfinished_table(rows: list[dict]) -> str:
 
 
 def length_table(rows: list[dict], summary: list[dict]) -> str:
-  """Dev F1 (%) by gold entity length per group, pooled over seeds; "" when no run has by_length."""
+  """Dev F1 (%) by gold entity length per group, pooled over seeds, with a "dev split" column naming it where some
+  cell's is not the corpus's dev (`splits.split_label`: holdout); "" when no run has by_length."""
   buckets = length_buckets([m for g in summary for m in g["members"]])
+  named = labels_of([g.get("config") for g in summary], "dev") != ["dev"]  # some dev split is not the corpus's dev
   lines = []
   for g in summary:
     members = g["members"]
@@ -96,10 +112,11 @@ def length_table(rows: list[dict], summary: list[dict]) -> str:
       continue
     f1 = pooled_by_length(members, buckets=buckets)
     cells = ["-" if f1[b] is None else f"{100 * f1[b]:.2f}" for b in buckets]
-    lines.append("| " + " | ".join(_key_cells(g) + cells) + " |")
+    lines.append("| " + " | ".join(_key_cells(g) + ([split_label(g.get("config"), "dev")] if named else []) + cells)
+                 + " |")
   if not lines:
     return ""
-  cols = _key_header(summary) + [f"len {b}" for b in buckets]
+  cols = _key_header(summary) + (["dev split"] if named else []) + [f"len {b}" for b in buckets]
   return "\n".join([_row(cols), "|" + "---|" * len(cols), *lines])
 
 
@@ -212,7 +229,8 @@ def significance_table(rows: list[dict], studies=None) -> str:
   for i, r in enumerate(rows, 1):
     t_test = f"- ({r.get('t_why')})" if r.get("t_p") is None else fmt_p_holm(r["t_p"], r.get("t_p_holm"))
     boot = r["why"] if r["p"] is None else fmt_p_holm(r["p"], r.get("p_holm"))
-    cells = [str(i), *_where(r, names, several, max_len), r["what"], r["split"], ", ".join(map(str, r["seeds"])),
+    cells = [str(i), *_where(r, names, several, max_len), r["what"], split_label(r["a"].get("config"), r["split"]),
+             ", ".join(map(str, r["seeds"])),
              _points(r["mean"]), _interval(r["low"], r["high"]), t_test, boot,
              _influence_cell(r.get("influence"), r.get("flags")),
              "**yes**" if r.get("significant") else "no"]
@@ -263,22 +281,50 @@ def skipped_lines(skipped: list[dict], studies=None) -> list[str]:
   return out
 
 
+def holm_lines(rows: list[dict], skipped: list[dict], studies=None) -> list[str]:
+  """Per study: over how many comparisons Holm adjusted each p (its family), and the planned comparisons without
+  either p (skipped ones, rows whose tests could not run), which are in no family. `studies` as in
+  `significance_table`."""
+  names = study_names(r.get("study") for r in rows + skipped) if studies is None else study_names(studies)
+  out = []
+  for study in sorted({r.get("study") for r in rows + skipped}, key=str):
+    mine = [r for r in rows if r.get("study") == study]
+    t, b = (sum(r.get(k) is not None for r in mine) for k in ("t_p", "p"))
+    untested = [x for x in skipped if x.get("study") == study]
+    untested += [r for r in mine if r.get("t_p") is None and r.get("p") is None]
+    where = lambda x: ", ".join([x["a"]["dataset"],  # noqa: E731
+                                 *([f"max_len {x['max_len']}"] if x.get("max_len") is not None else [])])
+    out.append(f"- {names.get(study, '-')}: Holm over {t} comparison{'s' * (t != 1)} with a t-test p and {b} with a "
+               "bootstrap p; " + (f"{len(untested)} planned untested: " + "; ".join(
+                   f"{where(x)}: {x['what']}" for x in untested) if untested else "no planned comparison untested"))
+  return out
+
+
 def _lost_line(name: str, runs: list[dict]) -> str:
   """A `failed_cells` entry: its runs, their seeds and folders ("failed" alone for a run without config.json)."""
   if not runs[0].get("config_known", True):
     return f"- {name}: failed"
-  return (f"- {name}: {len(runs)} run{'s' * (len(runs) != 1)} failed ({seeds_text(r['seed'] for r in runs)}): "
-          + "; ".join(r["run"] for r in runs))
+  nan = [r for r in runs if nonfinite_f1(r["results"]) and r["status"] == sweep.FINISHED]
+  failed = [r for r in runs if r not in nan]
+  parts = [f"{len(x)} run{'s' * (len(x) != 1)} {why} ({seeds_text(r['seed'] for r in x)})"
+           for x, why in ((failed, "failed"), (nan, "with an F1 that is not a number")) if x]
+  return f"- {name}: {', '.join(parts)}: " + "; ".join(r["run"] for r in runs)
 
 
 def markdown(rows: list[dict], summary: list[dict], *, influence_k: int = INFLUENCE_K,
              resamples: int = BOOTSTRAP_RESAMPLES) -> str:
   parts = ["## Finished runs (mean ± sample std over seeds; F1/P/R in %)", "", groups_table(summary)]
+  if not is_plain([g.get("config") for g in summary]):
+    parts += ["", "Splits as each cell's config names them: official dev = the corpus's dev split reported as the "
+              "test figure (data.test_split=dev; it chose no checkpoint); holdout = the share of the training split "
+              "held out as dev (data.dev_split=holdout), which chose the checkpoint; test = the corpus's test."]
   notes = [n for n in (relations_note(summary), events.events_note(summary)) if n]
   parts += [x for n in notes for x in ("", n)]
   lost = failed_cells(rows, summary)
   if lost:
-    parts += ["", "**Flagged**: failed runs of no cell above (every run of the cell failed, or the run has no "
+    nan = any(r["status"] == sweep.FINISHED for _, runs in lost for r in runs)
+    parts += ["", "**Flagged**: failed runs of no cell above (every run of the cell failed"
+              + (" or scored an F1 that is not a number" if nan else "") + ", or the run has no "
               "config.json; see Not finished):", "", *[_lost_line(name, runs) for name, runs in lost]]
   twice = [(g, d) for g in summary for d in duplicate_text(g)]
   if twice:
@@ -291,7 +337,7 @@ def markdown(rows: list[dict], summary: list[dict], *, influence_k: int = INFLUE
     parts += ["", "Cells are runs whose configs (a key an older config.json lacks at today's default, "
               "model.dtype=auto as what it resolved to) differ in the seed only; cells shown alike are told apart "
               "by the keys they differ in (variant: their non-default values)."]
-  compared, skipped = compare(summary, resamples=resamples, influence_k=influence_k)
+  compared, skipped = compare(summary, rows=rows, resamples=resamples, influence_k=influence_k)
   studies = [r.get("study") for r in compared + skipped]
   tests = significance_table(compared, studies)
   if tests or skipped:
@@ -302,7 +348,9 @@ def markdown(rows: list[dict], summary: list[dict], *, influence_k: int = INFLUE
               "and every seed, each F1 recomputed from the summed per-record counts; p = 2 x the share of resampled "
               "differences on the other side of 0. Both p values are Holm-adjusted within each study (the family: "
               "every comparison printed for one study folder that has that p). Rows with max_len `L1 - L2` are length arms: the "
-              "difference at L1 minus the difference at L2. Influence check: the top "
+              "difference at L1 minus the difference at L2. Split: the split compared, as the runs' config names "
+              "it (official dev: the corpus's dev as the test figure; holdout: dev held out of the training split). "
+              "Influence check: the top "
               f"{influence_k} records carrying the difference are left out of both cells; flagged when that halves "
               "the difference or flips its sign. A comparison is flagged too when a cell of it had a run fail or a "
               "seed score F1 0 (nothing learned: no result to compare). Significant: both adjusted p < "
@@ -310,6 +358,8 @@ def markdown(rows: list[dict], summary: list[dict], *, influence_k: int = INFLUE
     parts += [tests] if tests else ["(no comparison could be paired)"]
     if skipped:
       parts += ["", *skipped_lines(skipped, studies)]
+    parts += ["", "Holm families (one per study; a planned comparison without a p is in none):", "",
+              *holm_lines(compared, skipped, studies)]
   influence = influence_table(compared)
   if influence:
     parts += ["", "## Influence of single records (leave-one-out over the per-record counts)", "",
