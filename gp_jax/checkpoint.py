@@ -11,6 +11,13 @@ then a fresh init.
 
 gs:// requests that fail transiently (429, 5xx, dropped connections) are retried by tensorstore (arrays) and
 gcsfs (small files) themselves; `GP_JAX_GCS_RETRIES` tunes tensorstore's retries (docs/tpu.md).
+
+Storage that stops answering mid-run leaves an async save unfinished for as long as those retries last (tensorstore's
+defaults: up to 32 tries a request, 32 s apart). A `Manager` (what `make_manager` returns) waits for a save in flight
+at most $GP_JAX_SAVE_TIMEOUT_S (default 600 s), then raises `errors.StorageTimeout`. SIGTERM or Ctrl-C while it
+waits: a save that finishes within $GP_JAX_SAVE_SIGNAL_GRACE_S (default 10 s) hands the signal to the run's own
+handler (a checkpoint at the step, then stop); otherwise, or at a second signal, the process stops at once
+(`runtime.stop_now`), naming the last finished checkpoint.
 """
 
 from __future__ import annotations
@@ -19,19 +26,26 @@ import functools
 import json
 import logging
 import os
+import signal
+import threading
+import time
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import tensorstore as ts
 
-from gp_jax import storage
-from gp_jax.errors import UserError
+from gp_jax import runtime, storage
+from gp_jax.errors import StorageTimeout, UserError
 
 log = logging.getLogger(__name__)
 
 RETRIES_ENV = "GP_JAX_GCS_RETRIES"
 _retries_set: str | None = None
+SAVE_TIMEOUT_ENV = "GP_JAX_SAVE_TIMEOUT_S"
+DEFAULT_SAVE_TIMEOUT_S = 600.0
+SIGNAL_GRACE_ENV = "GP_JAX_SAVE_SIGNAL_GRACE_S"  # a signal during a wait for a save: how long the save may still
+DEFAULT_SIGNAL_GRACE_S = 10.0  # finish (then a checkpoint at the step) before the process stops at once
 
 
 def configure_gcs_retries() -> dict | None:
@@ -99,7 +113,133 @@ def make_manager(directory, *, keep: int, best: bool = False) -> ocp.CheckpointM
       multiprocessing_options=ocp.options.MultiprocessingOptions(
           barrier_sync_key_prefix=("best" if best else "ckpt") + "_" + directory.name),
   )
-  return ocp.CheckpointManager(directory, options=options)
+  return Manager(directory, options=options)
+
+
+def save_timeout_s() -> float:
+  """$GP_JAX_SAVE_TIMEOUT_S: how long a wait for a save in flight may last (seconds, > 0)."""
+  raw = os.environ.get(SAVE_TIMEOUT_ENV, "").strip()
+  try:
+    value = float(raw) if raw else DEFAULT_SAVE_TIMEOUT_S
+  except ValueError:
+    value = -1.0
+  if not value > 0:
+    raise UserError(f"{SAVE_TIMEOUT_ENV}={raw!r}: expected a number of seconds > 0")
+  return value
+
+
+class Manager(ocp.CheckpointManager):
+  """An Orbax CheckpointManager whose waits for an async save in flight (its own `save` waits for the previous one
+  first; callers wait before reading or at the end) are bounded and leave the main thread to signals: Orbax's own
+  wait runs on a helper thread, joined in short slices. Past `save_timeout_s()` it raises StorageTimeout; a SIGTERM
+  or Ctrl-C meanwhile waits $GP_JAX_SAVE_SIGNAL_GRACE_S more for the save, then stops the process at once (a save
+  that storage never finishes cannot be waited out); a save that finishes in time passes the signal on to the run's
+  handler.
+  `last_finished`: the latest step known finalised (None: none yet)."""
+
+  def __init__(self, directory, *, options: ocp.CheckpointManagerOptions):
+    super().__init__(directory, options=options)
+    self.is_async = bool(options.enable_async_checkpointing)
+    self.in_flight: int | None = None
+    self.last_finished: int | None = self.latest_step()
+
+  def save(self, step: int, *args, **kwargs) -> bool:
+    saved = super().save(step, *args, **kwargs)  # calls self.wait_until_finished() first
+    if saved and self.is_async:
+      self.in_flight = step
+    elif saved:
+      self.last_finished = step
+    return saved
+
+  def wait_until_finished(self):
+    if not self.is_async:  # several processes: saves are synchronous, nothing runs in the background
+      return super().wait_until_finished()
+    done, failed = threading.Event(), []
+
+    def wait():
+      try:
+        ocp.CheckpointManager.wait_until_finished(self)
+      except BaseException as e:  # pylint: disable=broad-except  # raised in the caller's thread below
+        failed.append(e)
+      finally:
+        done.set()
+
+    threading.Thread(target=wait, name="gp_jax-save-wait", daemon=True).start()
+    if not done.wait(0.05):  # a save in flight
+      self._wait_interruptibly(done)
+    step, self.in_flight = self.in_flight, None
+    if failed:
+      raise failed[0]
+    if step is not None:
+      self.last_finished = step
+    return None
+
+  def last_finished_line(self) -> str:
+    if self.last_finished is None:
+      return f"No finished checkpoint in {self.directory}"
+    return f"Last finished checkpoint: step {self.last_finished} in {self.directory}"
+
+  def _wait_interruptibly(self, done: threading.Event) -> None:
+    timeout = save_timeout_s()
+    grace = float(os.environ.get(SIGNAL_GRACE_ENV) or DEFAULT_SIGNAL_GRACE_S)
+    notice = min(30.0, timeout / 10)
+    stop: list[str] = []
+    restore = _catch_signals(stop)
+    start, noticed, signalled_at = time.monotonic(), False, None
+    try:
+      while not done.wait(0.2):
+        waited = time.monotonic() - start
+        if stop and signalled_at is None:
+          signalled_at = waited
+        # A save that finishes within the grace period lets the run's own handler take the signal (a checkpoint at
+        # the step, then stop); a second signal, or a save that does not finish, stops at once.
+        if stop and (len(stop) > 1 or waited - signalled_at >= grace):
+          self._stop_at_once(stop[0], waited)
+        if not noticed and waited >= notice:
+          noticed = True
+          log.warning("The checkpoint save of step %s is still running after %.1f s; waiting for it up to %g s "
+                      "(%s; SIGTERM or Ctrl-C stops at once)", self.in_flight, waited, timeout, SAVE_TIMEOUT_ENV)
+        if waited >= timeout:
+          raise StorageTimeout(self._timeout_message(timeout))
+    finally:
+      restore()
+    if stop:  # the save finished: the signal goes to the handler the run had
+      signal.raise_signal(signal.Signals[stop[0]])
+
+  def _timeout_message(self, timeout: float) -> str:
+    storage.limit_writes(storage.probe_timeout_s())  # the run's last writes (results.json, logs): tried, not waited on
+    try:
+      why = storage.unreachable(self.directory)
+    except Exception as e:  # pylint: disable=broad-except  # an answer, but not a good one
+      why = f"{type(e).__name__}: {' '.join(str(e).split())}"
+    return (f"storage not answering: the checkpoint save of step {self.in_flight} did not finish in {timeout:g} s "
+            f"({SAVE_TIMEOUT_ENV}){'; ' + why if why else ''}. {self.last_finished_line()}; rerun the same command to "
+            "resume from it once storage answers")
+
+  def _stop_at_once(self, name: str, waited: float) -> None:
+    storage.limit_writes(storage.probe_timeout_s())  # results.json says "preempted" if storage takes it in time
+    who = "Ctrl-C" if name == "SIGINT" else name
+    runtime.stop_now(name, f"{who} while waiting {waited:.0f} s for the checkpoint save of step {self.in_flight}; "
+                           f"stopped at once, without it. {self.last_finished_line()}. Rerun the same command to "
+                           "resume from it", code=0 if name == "SIGTERM" else runtime.EXIT_INTERRUPTED)
+
+
+def _catch_signals(stop: list):
+  """SIGTERM and SIGINT append their names to `stop` until the returned function puts the handlers back (main thread
+  only; elsewhere nothing changes)."""
+  if threading.current_thread() is not threading.main_thread():
+    return lambda: None
+
+  def handler(signum, frame):
+    stop.append(signal.Signals(signum).name)
+
+  old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+  def restore():
+    for sig, h in old.items():
+      signal.signal(sig, signal.SIG_DFL if h is None else h)  # None: a handler not set from Python
+
+  return restore
 
 
 def save(mngr: ocp.CheckpointManager, step: int, *, state, data_state: dict, config_json: str) -> bool:

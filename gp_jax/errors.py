@@ -3,7 +3,8 @@
 A bad config (an experiment refusing a dataset, an unknown arg), a bad data file (`readers.DataError` names
 file:line or file and record index) and a missing corpus file raise `UserError`; anything else is a bug and
 keeps its traceback. A subclass of ValueError, so callers that catch ValueError still do.
-A full disk or quota is no bug either: `storage_full` finds it in an exception's chain, whoever raised it.
+A full disk or quota is no bug either: `storage_full` finds it in an exception's chain, whoever raised it; nor is
+storage that stopped answering (`storage_failure`: a checkpoint save past its time, gcsfs out of retries).
 """
 
 from __future__ import annotations
@@ -53,3 +54,23 @@ def storage_full(e: BaseException | None) -> str | None:
       return os.strerror(int(code.group(1))) + (f" writing {path.group(1)}" if path else "")
     e = e.__cause__ or e.__context__
   return None
+
+
+class StorageTimeout(TimeoutError):
+  """Storage did not finish a checkpoint save in time (gp_jax.checkpoint); the message names the step, the wait, the
+  storage's error when a probe finds one, and the last finished checkpoint."""
+
+
+def storage_failure(e: BaseException | None) -> BaseException | None:
+  """The exception in `e`'s chain that says storage stopped answering: a StorageTimeout (preferred), or gcsfs's last
+  error after its retries (aiohttp's connection errors, fsspec's timeouts). None otherwise."""
+  seen, found = set(), None
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    if isinstance(e, StorageTimeout):
+      return e
+    names = {c.__name__ for c in type(e).__mro__}  # by name: this module imports neither aiohttp nor fsspec
+    if found is None and names & {"ClientConnectionError", "FSTimeoutError"}:
+      found = e
+    e = e.__cause__ or e.__context__
+  return found

@@ -3,8 +3,9 @@
   python -m gp_jax.export --workdir=W --out=DIR [--format=stablehlo|onnx] [--platforms=cpu,cuda,tpu]
       [--hit_buffer=4096] [--threshold=X] [--batch_size=N]
 
---out must be writable and --threshold a finite float32 (the folder's default threshold); both are checked before
-the workdir is restored.
+--out must be writable (a gs:// --out: its bucket exists and takes a probe object, written and removed) and
+--threshold a finite float32 (the folder's default threshold); both are checked before the workdir is restored, as
+is a gs:// --workdir's storage (probed within $GP_JAX_GCS_PROBE_TIMEOUT_S, default 10 s) and a mistyped URL.
 
 The workdir is restored as `gp_jax.predict.Predictor` does (config, types, tokenizer, labels, parameters from
 best/); nothing is compiled but what the artifact holds (the Predictor compiles its per-bucket eval steps only
@@ -259,6 +260,10 @@ def main(argv, flags_):
   try:
     if not flags_.workdir or not flags_.out:
       raise ExportError("--workdir and --out are required")
+    for flag in ("workdir", "out"):
+      storage.check_path(getattr(flags_, flag), flag=flag)
+    storage.check_bucket(flags_.workdir, flag="workdir")  # gs://: storage answers, the bucket exists
+    storage.check_bucket(flags_.out, flag="out", write=True)  # ... and takes a write
     if not (storage.path(flags_.workdir) / "config.json").exists():
       raise ExportError(f"{flags_.workdir}: not a training workdir (no config.json)")
     out = storage.path(flags_.out)

@@ -10,6 +10,11 @@ DIR may be local or gs://; a DIR holding a checkpoint is resumed. User errors (g
 config the experiment refuses, a missing config file, a config that differs from the one DIR was trained with, a
 bad or missing data file) end with one line on stderr and exit status 2, as does a full disk or quota (the line
 names the last finished checkpoint, which a rerun resumes from).
+A gs:// DIR is probed before anything else: storage that does not answer within $GP_JAX_GCS_PROBE_TIMEOUT_S (default
+10 s), a bucket that does not exist or refuses a write, and a mistyped URL (gs:/bucket/run) are one line, exit 2.
+Storage that stops answering mid-run: a wait for the checkpoint save in flight lasts at most $GP_JAX_SAVE_TIMEOUT_S
+(default 600 s), then the run ends with one line naming the storage's error and the last finished checkpoint (exit
+2; results.json says "failed" if storage takes it); SIGTERM or Ctrl-C during that wait stops at once.
 A second live run on the same DIR refuses to start (exit 2, naming the holder): a local DIR is held by an flock on
 DIR/run.lock, which the OS releases when the run ends however it ends; under a sweep root the run also holds the
 workers' lease of DIR, and on gs:// that lease alone (gp_jax/lease.py).
@@ -30,7 +35,7 @@ from absl import app, flags
 
 from gp_jax import checkpoint, lease, runtime, storage, train
 from gp_jax.configs.args import check_override_keys, define_config_file
-from gp_jax.errors import UserError, help_exits_zero, storage_full
+from gp_jax.errors import StorageTimeout, UserError, help_exits_zero, storage_failure, storage_full
 
 _CONFIG = define_config_file("config", "Experiment config file (get_config(arg)).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory (local or gs://) for checkpoints, logs and results; "
@@ -97,8 +102,16 @@ def main(argv):
   else:  # one process; several stop through the coordination service (runtime.Preemption)
     runtime.stop_at_once_on_signals()
   try:
+    checkpoint.save_timeout_s()  # a bad $GP_JAX_SAVE_TIMEOUT_S stops here, not at the first checkpoint
+    storage.probe_timeout_s()
+    storage.check_path(_WORKDIR.value, flag="workdir")
+    storage.check_bucket(_WORKDIR.value, flag="workdir", write=True)
     with lease.hold_run(_WORKDIR.value):
-      summary = train.train_and_evaluate(config, _WORKDIR.value)
+      try:
+        summary = train.train_and_evaluate(config, _WORKDIR.value)
+      except Exception as e:  # pylint: disable=broad-except
+        _exit_if_storage_failed(e)  # inside the lease: its release would wait on storage that stopped answering
+        raise
   except lease.Held as e:  # raised by the lock or lease alone, before training starts
     _exit_with(f"{e}; not starting ({e.hint})" if e.hint else f"{e}; not starting")
   except (UserError, FileNotFoundError) as e:  # FileNotFoundError: a path the user gave (pretrained, data, workdir)
@@ -112,14 +125,7 @@ def main(argv):
     full = storage_full(e)
     if full is None:
       raise
-    logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # Orbax's failed writes, logged again at teardown
-    line = f"error: storage full: {full}. {_last_checkpoint(_WORKDIR.value)}"
-    # The failed save's background threads go on printing "Event loop is closed" tracebacks (under load, after any
-    # line of ours too): from here stderr takes the one line only. No interpreter teardown either; every write that
-    # could still succeed is done.
-    stderr = _stderr_to_devnull()
-    os.write(stderr, f"\n{line}\n".encode())  # the threads may have left a partial line: ours starts a new one
-    _exit_now(2)
+    _last_line(f"error: storage full: {full}. {_last_checkpoint(_WORKDIR.value)}")
   code = 0
   if summary.get("signal") == "SIGINT":
     print(f"interrupted: Ctrl-C; saved the checkpoint of step {summary['steps']} in "
@@ -141,6 +147,27 @@ def _exit_now(code: int, *, finished: bool = False) -> None:
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(code)
+
+
+def _exit_if_storage_failed(e: BaseException) -> None:
+  """One line and exit 2 when storage stopped answering (`errors.storage_failure`); the lease is left to go stale."""
+  failed = storage_failure(e)
+  if failed is None:
+    return
+  if isinstance(failed, StorageTimeout):  # names the step, the storage's error and the last finished checkpoint
+    _last_line(f"error: {failed}")
+  _last_line(f"error: storage not answering: {' '.join(str(failed).split()) or type(failed).__name__}. Rerun the "
+             f"same command to resume from the last finished checkpoint in {storage.path(_WORKDIR.value) / 'ckpt'}")
+
+
+def _last_line(line: str) -> None:
+  """A storage failure's one line, exit 2. The failed save's background threads (and gcsfs's retries) go on printing
+  tracebacks (under load, after any line of ours too): from here stderr takes the one line only. No interpreter
+  teardown either; every write that could still succeed is done."""
+  logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # Orbax's failed writes, logged again at teardown
+  stderr = _stderr_to_devnull()
+  os.write(stderr, f"\n{line}\n".encode())  # the threads may have left a partial line: ours starts a new one
+  _exit_now(2)
 
 
 def _stderr_to_devnull() -> int:

@@ -6,7 +6,8 @@
 
 W holds everything needed (config, types, tokenizer, encoder config, parameters in best/), so the
 pretrained encoder's folder is never reopened. DIR is an exported folder; predicting from it imports
-neither flax, orbax nor ml_collections. Paths may be local or gs://.
+neither flax, orbax nor ml_collections. Paths may be local or gs:// (probed first: storage that does not answer
+within $GP_JAX_GCS_PROBE_TIMEOUT_S, default 10 s, a missing bucket, an output bucket that refuses a write).
 
 Input formats (never guessed): `lines`, one text per line; `jsonl`, one {"id", "text"} object per line
 (the id is echoed as it is); `cblue`, a CBLUE JSON array; all strict UTF-8 (a bad byte is a one-line error
@@ -320,7 +321,7 @@ def _output_path(output: str, fmt: str) -> str:
   elif output.endswith(("/", os.sep)):
     raise UserError(f"--output={output}: no such folder (a path ending in / names a folder): create it, or give a "
                     f"file path")
-  if not storage.is_url(output):
+  if not storage.is_url(output):  # a gs:// output was tried for a write by `storage.check_bucket`
     check_writable(os.path.dirname(os.path.abspath(output)), flag="output", value=_OUTPUT.value)
   return output
 
@@ -370,6 +371,12 @@ def run(argv) -> None:
     raise UserError(f"--output_format must be one of {sorted(WRITERS)}, got {_OUTPUT_FORMAT.value!r}")
   if _SPLIT.value and (_EXPORTED.value or _INPUT.value):
     raise UserError("--split reads the workdir's corpus: give --workdir and no --input")
+  paths = {"workdir": _WORKDIR.value, "exported": _EXPORTED.value, "input": _INPUT.value, "output": _OUTPUT.value}
+  paths = {flag: value for flag, value in paths.items() if value and value != "-"}
+  for flag, value in paths.items():
+    storage.check_path(value, flag=flag)
+  for flag, value in paths.items():  # gs://: storage answers and the buckets exist, before any read
+    storage.check_bucket(value, flag=flag, write=flag == "output")
   _check_folder(*((_WORKDIR.value, "config.json", "workdir") if _WORKDIR.value else
                   (_EXPORTED.value, MANIFEST, "exported")))
   check_threshold(_THRESHOLD.value)

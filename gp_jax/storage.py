@@ -3,22 +3,203 @@
 Local paths are made absolute; URLs are left as they are (never `os.path.abspath` on `gs://b/run`).
 Files that libraries can only write locally (logging, TensorBoard events) are written to a local
 mirror folder and copied to the workdir on `sync()`.
+
+The CLIs check every path a user gives before using it: `check_path` refuses a mistyped Cloud Storage URL
+(`gs:/b/x`, `gs//b/x`), which would otherwise be a local folder named `gs:`; `check_bucket` probes a gs:// path
+once, within $GP_JAX_GCS_PROBE_TIMEOUT_S (default 10 s), instead of gcsfs's retries (~30 s a request): storage
+that does not answer, a missing bucket or (with `write`) a bucket that refuses writes are one line each. After
+storage has stopped answering mid-run, `limit_writes` bounds this module's last writes (results.json, logs).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import posixpath
+import re
 import shutil
 import tempfile
+import threading
+import time
+import uuid
 from typing import Any
 
 import fsspec
 from etils import epath
 
+from gp_jax.errors import UserError
+
+# Deferred imports below: gcsfs (and aiohttp through it), in the gs:// probes only; a local run never imports them.
+
+PROBE_TIMEOUT_ENV = "GP_JAX_GCS_PROBE_TIMEOUT_S"
+DEFAULT_PROBE_TIMEOUT_S = 10.0
+GCS_SCHEMES = ("gs", "gcs")
+_MISTYPED = re.compile(r"(gs|gcs)(:|//)(.*)", re.DOTALL)
+
 
 def is_url(path: str | os.PathLike) -> bool:
   return "://" in os.fspath(path)
+
+
+def check_path(value: str | os.PathLike, *, flag: str) -> None:
+  """UserError for a mistyped Cloud Storage URL (`gs:/b/x`, `gs:b/x`, `gs:///b/x`, `gs//b/x`, and the same with
+  gcs): taken as a local path, it would become a folder `./gs:/b/x` and the run would write there."""
+  s = os.fspath(value)
+  m = _MISTYPED.match(s)
+  if m is None:
+    return
+  scheme, sep, rest = m.groups()
+  if sep == ":" and rest.startswith("//") and rest[2:3] not in ("", "/"):
+    return  # gs://bucket/...
+  tail = rest.lstrip(":/")
+  hint = f"did you mean {scheme}://{tail}?" if tail else f"a Cloud Storage URL is {scheme}://BUCKET/PATH"
+  raise UserError(f"--{flag}={s} looks like a mistyped Cloud Storage URL: {hint} (a local folder: ./{s})")
+
+
+def probe_timeout_s() -> float:
+  """$GP_JAX_GCS_PROBE_TIMEOUT_S: seconds a gs:// probe (`check_bucket`) or a last write (`limit_writes`) may take."""
+  raw = os.environ.get(PROBE_TIMEOUT_ENV, "").strip()
+  try:
+    value = float(raw) if raw else DEFAULT_PROBE_TIMEOUT_S
+  except ValueError:
+    value = -1.0
+  if not value > 0:
+    raise UserError(f"{PROBE_TIMEOUT_ENV}={raw!r}: expected a number of seconds > 0")
+  return value
+
+
+def _gcs_endpoint() -> str:
+  """Where gcsfs sends requests, and why: the emulator of $STORAGE_EMULATOR_HOST, or Google's."""
+  host = os.environ.get("STORAGE_EMULATOR_HOST", "")
+  if host and host != "default":
+    return f"{host if host.startswith(('http://', 'https://')) else 'http://' + host} (STORAGE_EMULATOR_HOST)"
+  return "https://storage.googleapis.com"
+
+
+def _one_line(e: BaseException) -> str:
+  return " ".join(str(e).split()) or type(e).__name__
+
+
+def _gcs_parts(url: str) -> tuple[str, str, str] | None:
+  """(scheme, bucket, key) of a gs:// or gcs:// URL; None for anything else."""
+  scheme, sep, rest = os.fspath(url).partition("://")
+  if not sep or scheme not in GCS_SCHEMES:
+    return None
+  bucket, _, key = rest.partition("/")
+  return scheme, bucket, key
+
+
+def _retriable(e: BaseException) -> bool:
+  from gcsfs.retry import is_retriable  # pylint: disable=g-import-not-at-top
+
+  return isinstance(e, TimeoutError) or is_retriable(e)
+
+
+def _list_once(fs, bucket: str, key: str, timeout: float):
+  """One listing request of at most one object under `key`: gcsfs's `_request` without its retries, whose backoff
+  (1, 2, 4, 8, 16 s) the probe is meant to avoid; with them where this gcsfs has no undecorated `_request`."""
+  # pylint: disable=protected-access
+  once = getattr(type(fs)._request, "__wrapped__", None)
+  request = functools.partial(once, fs) if once is not None else fs._request
+  return fsspec.asyn.sync(fs.loop, request, "GET", "b/{}/o", bucket, prefix=key, maxResults=1, timeout=timeout)
+
+
+def unreachable(url, *, seconds: float | None = None) -> str | None:
+  """None when the storage of the gs:// `url` answers a listing within `seconds` (default `probe_timeout_s()`);
+  else "cannot reach Google Cloud Storage at ENDPOINT: ERROR". Errors that are answers (a missing bucket: 404, 403)
+  are raised. None for local paths."""
+  parts = _gcs_parts(os.fspath(url))
+  if parts is None:
+    return None
+  scheme, bucket, key = parts
+  seconds = probe_timeout_s() if seconds is None else seconds
+  fs = fsspec.filesystem(scheme)
+  deadline, delay = time.monotonic() + seconds, 0.1
+  while True:
+    try:
+      _list_once(fs, bucket, key, max(deadline - time.monotonic(), 0.1))
+      return None
+    except Exception as e:  # pylint: disable=broad-except
+      if not _retriable(e):
+        raise
+      last = e
+    if time.monotonic() + delay >= deadline:
+      why = _one_line(last) if str(last) else f"no answer within {seconds:g} s ({PROBE_TIMEOUT_ENV})"
+      return f"cannot reach Google Cloud Storage at {_gcs_endpoint()}: {why}"
+    time.sleep(delay)  # a refused connection answers at once: a few tries spread over the probe's time
+    delay = min(2 * delay, 1.0)
+
+
+def check_bucket(value, *, flag: str, write: bool = False) -> None:
+  """For a gs:// path a user gave as --`flag`: UserError (one line) unless its storage answers, its bucket exists and,
+  with `write`, an object can be written beside it (written and removed). Nothing for local paths."""
+  parts = _gcs_parts(os.fspath(value))
+  if parts is None:
+    return
+  scheme, bucket, key = parts
+  given = f"--{flag}={os.fspath(value)}"
+  missing = f"bucket {scheme}://{bucket} does not exist or is not accessible ({given})"
+  if not bucket:
+    raise UserError(f"{given}: no bucket named: a Cloud Storage URL is {scheme}://BUCKET/PATH")
+  try:
+    why = unreachable(value)
+  except FileNotFoundError:
+    raise UserError(missing) from None
+  except Exception as e:  # pylint: disable=broad-except  # 403, credentials: the answer, whoever raised it
+    raise UserError(f"{missing}: {_one_line(e)}") from None
+  if why is not None:
+    raise UserError(why)
+  if write:
+    _check_writable(scheme, bucket, key, given=given, missing=missing)
+
+
+def _check_writable(scheme: str, bucket: str, key: str, *, given: str, missing: str) -> None:
+  """An empty object written beside `key` (in its parent) and removed."""
+  fs = fsspec.filesystem(scheme)
+  parent = posixpath.dirname(key.rstrip("/"))
+  probe = posixpath.join(bucket, parent, f".gp_jax_write_probe_{uuid.uuid4().hex}")
+  seconds = probe_timeout_s()
+  try:
+    fsspec.asyn.sync(fs.loop, fs._pipe_file, probe, b"", timeout=seconds)  # pylint: disable=protected-access
+    fsspec.asyn.sync(fs.loop, fs._rm_file, probe, timeout=seconds)  # pylint: disable=protected-access
+  except FileNotFoundError:
+    raise UserError(missing) from None
+  except Exception as e:  # pylint: disable=broad-except
+    why = _one_line(e) if str(e) else f"no answer within {seconds:g} s ({PROBE_TIMEOUT_ENV})"
+    raise UserError(f"{given}: cannot write in {scheme}://{bucket}/{key} ({why})") from None
+
+
+_write_limit_s: float | None = None
+
+
+def limit_writes(seconds: float | None) -> None:
+  """From now on, each write of this module (`write_text`, `write_json`, `upload_dir`) gives up after `seconds` with
+  TimeoutError (None: no limit). For a run whose storage stopped answering: its last writes (results.json, the
+  logs) are tried, not waited for through every retry."""
+  global _write_limit_s
+  _write_limit_s = seconds
+
+
+def _bounded(what: str, fn) -> None:
+  if _write_limit_s is None:
+    return fn()
+  failed = []
+
+  def run():
+    try:
+      fn()
+    except BaseException as e:  # pylint: disable=broad-except  # raised in the caller's thread
+      failed.append(e)
+
+  t = threading.Thread(target=run, name="gp_jax-storage-write", daemon=True)  # left behind if storage never answers
+  t.start()
+  t.join(_write_limit_s)
+  if t.is_alive():
+    raise TimeoutError(f"writing {what}: no answer from storage within {_write_limit_s:g} s")
+  if failed:
+    raise failed[0]
+  return None
 
 
 def path(p: str | os.PathLike) -> epath.Path:
@@ -49,8 +230,12 @@ def forget_listings(p) -> None:
 
 def write_text(p, text: str) -> None:
   p = path(p)
-  p.parent.mkdir(parents=True, exist_ok=True)
-  p.write_text(text)
+
+  def write():
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+  _bounded(os.fspath(p), write)
 
 
 def write_json(p, obj: Any, **kw) -> None:
@@ -64,6 +249,10 @@ def read_json(p) -> Any:
 def upload_dir(local_dir: str | os.PathLike, dst) -> None:
   """Copies a local folder's files (recursively) to `dst` (local or URL), overwriting."""
   dst = path(dst)
+  _bounded(os.fspath(dst), lambda: _upload(local_dir, dst))
+
+
+def _upload(local_dir, dst: epath.Path) -> None:
   for root, _, files in os.walk(local_dir):
     rel = os.path.relpath(root, local_dir)
     target = dst if rel == "." else dst / rel
