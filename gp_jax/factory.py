@@ -56,12 +56,21 @@ class Precision:
   dtype: str  # compute dtype name; parameters and optimizer state are float32 whatever it is
   attention: str  # model.attention as requested; ops.attention picks per shape ("auto" -> xla on cpu)
   attention_dropout: float  # bert: probability dropout (the XLA path only); scratch: 0 unless set
-  dropout_bits: str = "threefry"  # bert: where dropout masks come from (`ops.dropout`): hash or threefry
+  dropout_bits: str = "threefry"  # bert: where dropout masks come from (`ops.dropout`): hash or threefry; scratch:
+  # NNX_DROPOUT (its nnx.Dropout layers draw their own masks), as resolved.json records it
 
   def describe(self) -> str:
     return (f"compute {self.dtype} for {self.platform} (parameters, optimizer state, span scores, softmax, LayerNorm "
             f"statistics and RoPE in float32), attention {self.attention}, attention dropout {self.attention_dropout}, "
-            f"dropout masks from {self.dropout_bits} bits")
+            f"{dropout_masks(self.dropout_bits)}")
+
+
+NNX_DROPOUT = "none (nnx.Dropout)"  # the scratch encoder's dropout bits: `ops.dropout` is not used
+
+
+def dropout_masks(bits: str) -> str:
+  """How the logs name a dropout bit source (`Precision.dropout_bits`, resolved.json's "dropout_bits")."""
+  return f"dropout masks from {bits} bits" if bits in runtime.DROPOUT_BITS else f"dropout masks: {bits}"
 
 
 def resolve_dtype(name: str, platform: str | None = None) -> str:
@@ -95,8 +104,9 @@ def resolve_dropout_bits(name: str, platform: str) -> str:
 def precision(config, platform: str | None = None) -> Precision:
   """The policy `build_model` applies for the target `platform` (default: this machine's backend)."""
   p = target_platform(platform)
+  bits = resolve_dropout_bits(config.model.get("dropout_bits", "auto"), p)  # checked whatever the encoder
   return Precision(p, resolve_dtype(config.model.dtype, p), config.model.get("attention", "auto"),
-                   attention_dropout(config), resolve_dropout_bits(config.model.get("dropout_bits", "auto"), p))
+                   attention_dropout(config), bits if config.model.encoder == "bert" else NNX_DROPOUT)
 
 
 def build_tokenizer(config, train_texts):
@@ -318,7 +328,7 @@ class RunSpec:
   checkpoint_every_steps: int
   keep_checkpoints: int
   eval_every_steps: int
-  early_stop_patience: float  # epochs without a better dev F1 before stopping; 0 = never
+  early_stop_patience: int  # epochs without a better dev F1 before stopping; 0 = never
   log_every_steps: int
   steps_per_execution: int  # as set: 0 = auto per platform (`feed.steps_per_execution`)
   seed: int
@@ -444,7 +454,7 @@ def run_spec(config, platform: str | None = None) -> RunSpec:
       checkpoint_every_steps=_count(config, "checkpoint_every_steps", 500, 1),
       keep_checkpoints=_count(config, "keep_checkpoints", 2, 1),
       eval_every_steps=_count(config, "eval_every_steps", 0, 0),
-      early_stop_patience=float(get("early_stop_patience", 0)),
+      early_stop_patience=_count(config, "early_stop_patience", 0, 0),
       log_every_steps=_count(config, "log_every_steps", 100, 1),
       steps_per_execution=_count(config, "steps_per_execution", 1, 0), seed=int(get("seed", 0)),
       num_train_steps=_count(config, "num_train_steps", 0, 0), num_epochs=float(get("num_epochs", 3.0)),

@@ -117,7 +117,7 @@ def build_training(run: RunContext, train_it: batching.BatchIterator, tokenizer,
   total_steps = spec.num_train_steps or int(math.ceil(spec.num_epochs * train_it.steps_per_epoch))
   tx, lr_schedule = make_optimizer(spec.optimizer, total_steps, params)
   start_step, state = resume.initial_state(ckpts, setup, tx, params, train_it, seed=spec.seed,
-                                           init_from=spec.init_from)
+                                           init_from=spec.init_from, config=run.config)
   return state_lib.Training(setup, state, tx, lr_schedule, train_it, start_step, total_steps, ckpts.mngr,
                             ckpts.best_mngr, n_params)
 
@@ -184,7 +184,7 @@ def compile_ahead(run: RunContext, ts: state_lib.Training, splits, evaluator: Ev
   if run.is_main:
     record = aot.resolved_record(train + evals, ts.setup, platform)
     storage.write_json(run.workdir / "resolved.json", record, indent=1)
-    log.info("Resolved (resolved.json): %s, dropout masks from %s bits; %s", record["dtype"], record["dropout_bits"],
+    log.info("Resolved (resolved.json): %s, %s; %s", record["dtype"], factory.dropout_masks(record["dropout_bits"]),
              "; ".join(f"{label}: attention {c['attention']}, loss {c['loss']}" for label, c in
                        record["programs"].items()))
   aot.compile_for_run(train + evals)
@@ -327,6 +327,15 @@ class Loop:
     log.warning("%s: saved checkpoint at step %d in %s; exiting", self.stop_signal, done, mngr.directory)
     self.preempted = True
 
+  def nothing_left(self, done_steps: int) -> str:
+    """What the steps line adds when this call of the run had no step to train (a finished or early-stopped run)."""
+    if self.n_calls:
+      return ""
+    if self.first != self.ts.start_step:
+      return (f": nothing left to train (stopped early at step {done_steps}: dev F1 had not improved for "
+              f"{self.patience.epochs} epochs since step {self.patience.best_step})")
+    return ": nothing left to train" if done_steps >= self.ts.total_steps else ""
+
   def finish(self) -> dict:
     """Flushes logs and checkpoints; {steps, preempted, train_tokens_per_s, ...}."""
     ts = self.ts
@@ -339,7 +348,7 @@ class Loop:
     ts.best_mngr.wait_until_finished()
     ts.state = self.state
     done_steps = int(jax.device_get(self.state["step"]))
-    log.info("%d steps in %d calls", done_steps - self.first, self.n_calls)
+    log.info("%d steps in %d calls%s", max(0, done_steps - self.first), self.n_calls, self.nothing_left(done_steps))
     return {"steps": done_steps, "epochs": done_steps / ts.train_it.steps_per_epoch, "preempted": self.preempted,
             **({"signal": self.stop_signal} if self.preempted else {}),
             "stopped_early": self.stopped_early or self.first != ts.start_step,
@@ -372,7 +381,8 @@ def train_loop(run: RunContext, ts: state_lib.Training, splits, evaluator: Evalu
 
 def load_data(run: RunContext, config, summary: dict):
   """Splits, tokenizer, types, training batches; split stats (a tagger's unrepresentable spans) into `summary`."""
-  splits, tokenizer, types = factory.prepare_data(config, tokenizer=resume.saved_tokenizer(run.workdir))
+  tokenizer = resume.saved_tokenizer(run.workdir, init_from=run.spec.init_from, encoder=run.spec.encoder)
+  splits, tokenizer, types = factory.prepare_data(config, tokenizer=tokenizer)
   train_it = factory.train_batches(run.spec, splits["train"])
   summary["split_stats"] = {k: v.all_stats() for k, v in splits.items()}
   scheme = run.spec.tag_scheme

@@ -36,7 +36,8 @@ from gp_jax import lease as lease_lib
 from gp_jax import runtime, storage
 from gp_jax import workdir as wd
 from gp_jax.configs import base as base_config
-from gp_jax.configs.args import define_config_file
+from gp_jax.configs.args import check_override_keys, define_config_file
+from gp_jax.errors import UserError
 
 from . import module_name, prog, sweep, user_errors_exit_2
 
@@ -56,14 +57,31 @@ def _print(msg: str) -> None:
 
 
 def load_config(run: sweep.Run):
-  """The ConfigDict `python -m gp_jax.main` would build from the run's flags (`--config=...:arg --config.k=v`)."""
+  """The ConfigDict `python -m gp_jax.main` would build from the run's flags (`--config=...:arg --config.k=v`); a
+  config that does not load (an unknown arg or key, a value get_config refuses) is a UserError in one line, as
+  gp_jax.main says it."""
   argv = ["worker", *run.argv[3:]]
   fv = flags.FlagValues()
-  # The override flags (--config.k=v) are defined while the config file is loaded, from `sys_argv`.
-  holder = define_config_file("config", "experiment config", flag_values=fv, lock_config=False, sys_argv=argv)
-  flags.DEFINE_string("workdir", None, "run folder", flag_values=fv)
-  fv(argv)
-  return holder.value
+  try:
+    # The override flags (--config.k=v) are defined while the config file is loaded, from `sys_argv`.
+    holder = define_config_file("config", "experiment config", flag_values=fv, lock_config=False, sys_argv=argv)
+    flags.DEFINE_string("workdir", None, "run folder", flag_values=fv)
+    fv(argv)
+    return holder.value
+  except (OSError, KeyError, AttributeError, ValueError, flags.Error) as e:
+    raise UserError(f"{_config_error(e, argv)} (point {run.name})") from None
+
+
+def _config_error(e: BaseException, argv) -> str:
+  """One line for a config that did not load: the innermost UserError of e's causes (absl re-raises what get_config
+  raised with a traceback in its message), else the unknown --config.KEY, else e's own words."""
+  found, cause = None, e
+  while cause is not None:
+    found = cause if isinstance(cause, UserError) else found
+    cause = cause.__cause__ or cause.__context__
+  if found is not None:
+    return str(found)
+  return check_override_keys(argv) or " ".join(f"{type(e).__name__}: {e}".split())
 
 
 def resume_step(workdir: str) -> int:
@@ -188,6 +206,8 @@ def main(argv=None) -> int:
   runs = sweep.expand(args.config, args.workdir, extra=args.extra)
   if args.only:
     runs = [r for r in runs if re.search(args.only, r.name)]
+  for run in runs:  # every point's config loads before anything is written under the root (a lease)
+    load_config(run)
   name = args.name or "worker"
   chooser = Chooser(runs, args.workdir, name) if is_main else None
   run_point = runner(args.runner)

@@ -383,3 +383,39 @@ def test_wheels_check_finds_a_missing_wheel():
   proc = _wheels_check(GP_JAX_WHEELS_DROP="ml-collections")
   assert proc.returncode != 0
   assert "ml_collections: distribution ml-collections is neither in the GPU image nor in .whl/" in proc.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--out=/proc/nope"], "error: --out=/proc/nope: No such file or directory: expected a folder this process can "
+                           "write"),
+    (["--out={tmp}/a_file"], "error: --out={tmp}/a_file: a file, not a folder: expected a folder this process can "
+                             "write"),
+    (["--out={tmp}/out", "--budget_s=-5"], "error: --budget_s=-5: expected seconds > 0 for all stages together"),
+    (["--out={tmp}/out", "--budget_s=0"], "error: --budget_s=0: expected seconds > 0 for all stages together"),
+])
+def test_an_unwritable_out_or_a_budget_not_above_zero_is_refused_in_one_line(tmp_path, capsys, args, says):
+  """--out=/proc/nope was a FileNotFoundError traceback; --budget_s=-5 ran every stage into "stopped at its limit of
+  -5 s" and exited 0."""
+  (tmp_path / "a_file").write_text("")
+  with pytest.raises(SystemExit) as e:
+    device_check.main([a.format(tmp=tmp_path) for a in args] + ["--tiny", "--stages=versions"])
+  assert e.value.code == 2
+  assert capsys.readouterr().err.splitlines()[-1].endswith(says.format(tmp=tmp_path))
+  assert not (tmp_path / "out").exists()
+
+
+def test_the_prepared_device_calls_flags_still_reach_the_stages(tmp_path, monkeypatch):
+  """docs/device/README.md's command line, with each stage's child stubbed out."""
+  ran = []
+
+  def stage(args, name, limit, log):
+    ran.append((name, round(limit)))
+    return {"status": "ok", "seconds": 0.0}
+
+  monkeypatch.setattr(device_check.cli, "run_stage", stage)
+  monkeypatch.setattr(device_check.cli.tables, "markdown", lambda result: "")
+  assert device_check.main([f"--out={tmp_path}/out", "--stages=versions,trainer", "--budget_s=520",
+                            "--trainer_runs=cold,anchor,warm,cold_cublas,cold_no_autotune,other_head",
+                            f"--data_dir={tmp_path}/data", f"--anchor={tmp_path}/torch_cluener.py",
+                            f"--cache_dir={tmp_path}/cache"]) == 0
+  assert [name for name, _ in ran] == ["versions", "trainer"] and 0 < ran[0][1] < ran[1][1] <= 520

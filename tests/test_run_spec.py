@@ -98,12 +98,20 @@ def test_buckets_past_max_len_are_refused_in_one_line_that_names_the_fix():
     ("steps_per_execution", -1, "steps_per_execution=-1: expected an integer >= 0"),
     ("model.head_size", 0, "model.head_size=0: expected a positive integer"),
     ("eval_every_steps", -1, "eval_every_steps=-1: expected an integer >= 0"),
-    ("loss.block_size", -4, "loss.block_size=-4: expected an integer >= 0")])
+    ("loss.block_size", -4, "loss.block_size=-4: expected an integer >= 0"),
+    ("early_stop_patience", -1, "early_stop_patience=-1: expected an integer >= 0")])
 def test_counts_out_of_range_are_refused_in_one_line(key, value, says):
   """Each was a traceback from deep in the run (a modulo by zero, a batch check, a shape error)."""
   with pytest.raises(UserError, match=f"^{says.replace('.', '[.]')}$"):
     factory.run_spec(ht.tiny_config(**{key: value}), "cpu")
   assert factory.run_spec(ht.tiny_config(), "cpu").eval_every_steps == 1000  # TINY's own counts pass
+
+
+def test_early_stop_patience_is_kept_as_the_config_gives_it():
+  """It stopped a run at step 15 when negative; the log line said "2.0 epochs" of the config's 2."""
+  spec = factory.run_spec(ht.tiny_config(early_stop_patience=2), "cpu")
+  assert f"{spec.early_stop_patience}" == "2"
+  assert factory.run_spec(ht.tiny_config(), "cpu").early_stop_patience == 0
 
 
 @pytest.mark.parametrize("key, value", [("dropout", 1.5), ("embed_dropout", -0.1), ("attention_dropout", 1.0)])

@@ -14,6 +14,7 @@ import platform
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -135,6 +136,19 @@ def write_results(out: pathlib.Path, result: dict) -> None:
   (out / "device_check.md").write_text(tables.markdown(result))
 
 
+def unwritable(folder: str) -> str | None:
+  """Why `folder` cannot hold the results (made if missing); None when a file can be written there."""
+  if os.path.exists(folder) and not os.path.isdir(folder):
+    return "a file, not a folder"
+  try:
+    pathlib.Path(folder).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=folder):
+      pass
+  except OSError as e:
+    return e.strerror or type(e).__name__
+  return None
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(prog="python -m benchmarks.device_check", description=sys.modules[__package__].__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -163,9 +177,11 @@ def main(argv=None) -> int:
   p.add_argument("--plant_abort", action="store_true", help=argparse.SUPPRESS)  # tests: a variant, and both
   # sides of the fused-vs-reference check, abort
   args = p.parse_args(argv)
-  pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
   if args.stage:
+    pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
     return run_child(args)
+  if not (math.isfinite(args.budget_s) and args.budget_s > 0):
+    p.error(f"--budget_s={args.budget_s:g}: expected seconds > 0 for all stages together")
   todo = [s.strip() for s in args.stages.split(",") if s.strip()]
   unknown = [s for s in todo if s not in STAGES]
   if unknown:
@@ -177,7 +193,10 @@ def main(argv=None) -> int:
     train_variants(args.train_variants)
   except ValueError as e:
     p.error(str(e))
-  os.makedirs(args.cache_dir, exist_ok=True)
+  for flag in ("out", "cache_dir"):  # made here, after every other check
+    why = unwritable(getattr(args, flag))
+    if why:
+      p.error(f"--{flag}={getattr(args, flag)}: {why}: expected a folder this process can write")
   out = pathlib.Path(args.out)
   start = time.time()
   result = {"started_utc": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S}",

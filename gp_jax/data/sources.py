@@ -276,27 +276,48 @@ def conventions(data_cfg) -> dict:
   return {"roles": roles, "match": match}
 
 
+def record_cap(data_cfg, key: str) -> int:
+  """`data.<key>` (max_train_records, max_eval_records): 0 keeps every record, N > 0 the first N; else a UserError."""
+  value = data_cfg.get(key, 0)
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 0:
+    raise UserError(f"data.{key}={value!r}: expected an integer >= 0 (0 = every record; N = the first N)")
+  return int(value)
+
+
+def cap_records(splits: dict[str, list[Record]], caps: dict[str, tuple[str, int]]) -> tuple[dict, list[str]]:
+  """(each split cut to its cap, one note per split the cap cut: how many of how many it kept and dropped).
+  `caps`: split -> (config key, cap; 0 = none)."""
+  out, notes = {}, []
+  for split, records in splits.items():
+    key, cap = caps[split]
+    out[split] = records[:cap] if cap else records
+    if len(out[split]) < len(records):
+      notes.append(f"{split}: first {cap} of {len(records)} ({len(records) - cap} dropped by data.{key})")
+  return out, notes
+
+
 def load_records(data_cfg, *, seed: int = 0):
-  """Returns (train, dev, test, types); test is [] when the config has none."""
+  """Returns (train, dev, test, types); test is [] when the config has none. The log line names what the record caps
+  (data.max_train_records, data.max_eval_records) dropped."""
   name = data_cfg.name
+  caps = {"train": ("max_train_records", record_cap(data_cfg, "max_train_records"))}
+  caps["dev"] = caps["test"] = ("max_eval_records", record_cap(data_cfg, "max_eval_records"))
   if name in SYNTHETIC_CORPORA:
     train, dev, test, types, origin = _synthetic_records(data_cfg, seed)
   elif name in USER_FORMATS:
     train, dev, test, types, origin = _user_file_records(data_cfg)
   else:
     train, dev, test, types, origin = _corpus_records(data_cfg)
-  if data_cfg.max_train_records:
-    train = train[: data_cfg.max_train_records]
-  if data_cfg.max_eval_records:
-    dev, test = dev[: data_cfg.max_eval_records], test[: data_cfg.max_eval_records]
+  kept, cut = cap_records({"train": train, "dev": dev, "test": test}, caps)
+  train, dev, test = kept["train"], kept["dev"], kept["test"]
   if events_lib.has_events(train):  # the span classes are the "type:role" pairs; records in span form (entities)
     types = list(events_lib.event_classes(train=train, dev=dev, test=test))
     train, dev, test = (events_lib.as_span_records(x, types) for x in (train, dev, test))
-  if not train:  # a corpus split all held out as dev, or max_train_records < 0
-    raise UserError(f"data.name={name!r}: no training records left after data.dev_split={data_cfg.dev_split!r} and "
-                    f"data.max_train_records={data_cfg.max_train_records} ({origin}): expected at least one")
-  log.info("Data %s: %d train / %d dev / %d test records, %d types %s; %s", name, len(train), len(dev), len(test),
-           len(types), types, origin)
+  if not train:  # a corpus split all held out as dev
+    raise UserError(f"data.name={name!r}: no training records left after data.dev_split={data_cfg.dev_split!r} "
+                    f"({origin}): expected at least one")
+  log.info("Data %s: %d train / %d dev / %d test records, %d types %s; %s%s", name, len(train), len(dev), len(test),
+           len(types), types, origin, f"; capped: {', '.join(cut)}" if cut else "")
   return train, dev, test, types
 
 
