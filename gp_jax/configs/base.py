@@ -154,7 +154,7 @@ def add_schedule(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> 
   c.early_stop_patience = 0  # stop when dev F1 has not improved for this many epochs (0 = off)
   c.checkpoint_every_steps = 500  # resume checkpoints
   c.keep_checkpoints = 2  # resume checkpoints kept (the best-by-dev-F1 one is kept apart)
-  c.init_from = ""  # checkpoint directory (a workdir or its ckpt/best folder) to start from if workdir has none
+  c.init_from = ""  # a workdir (or its ckpt/best folder) to start from if workdir has none: its tokenizer too
   c.progress_bar = True  # tqdm bar on process 0
   c.progress_log_seconds = 30.0  # without a bar (no terminal): a progress line (steps, steps/s, ETA) every N s; 0 = off
   c.compilation_cache = "auto"  # jax's persistent compilation cache: auto ($GP_JAX_COMPILATION_CACHE, else ~/.cache/gp_jax/jax_cache), off, or a folder
