@@ -118,14 +118,12 @@ def make_manager(directory, *, keep: int, best: bool = False) -> ocp.CheckpointM
 
 def save_timeout_s() -> float:
   """$GP_JAX_SAVE_TIMEOUT_S: how long a wait for a save in flight may last (seconds, > 0)."""
-  raw = os.environ.get(SAVE_TIMEOUT_ENV, "").strip()
-  try:
-    value = float(raw) if raw else DEFAULT_SAVE_TIMEOUT_S
-  except ValueError:
-    value = -1.0
-  if not value > 0:
-    raise UserError(f"{SAVE_TIMEOUT_ENV}={raw!r}: expected a number of seconds > 0")
-  return value
+  return storage.env_seconds(SAVE_TIMEOUT_ENV, DEFAULT_SAVE_TIMEOUT_S)
+
+
+def signal_grace_s() -> float:
+  """$GP_JAX_SAVE_SIGNAL_GRACE_S: how long a save in flight may still finish after a signal (seconds, > 0)."""
+  return storage.env_seconds(SIGNAL_GRACE_ENV, DEFAULT_SIGNAL_GRACE_S)
 
 
 class Manager(ocp.CheckpointManager):
@@ -181,7 +179,7 @@ class Manager(ocp.CheckpointManager):
 
   def _wait_interruptibly(self, done: threading.Event) -> None:
     timeout = save_timeout_s()
-    grace = float(os.environ.get(SIGNAL_GRACE_ENV) or DEFAULT_SIGNAL_GRACE_S)
+    grace = signal_grace_s()
     notice = min(30.0, timeout / 10)
     stop: list[str] = []
     restore = _catch_signals(stop)

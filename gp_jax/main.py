@@ -103,6 +103,7 @@ def main(argv):
     runtime.stop_at_once_on_signals()
   try:
     checkpoint.save_timeout_s()  # a bad $GP_JAX_SAVE_TIMEOUT_S stops here, not at the first checkpoint
+    checkpoint.signal_grace_s()
     storage.probe_timeout_s()
     storage.check_path(_WORKDIR.value, flag="workdir")
     storage.check_bucket(_WORKDIR.value, flag="workdir", write=True)

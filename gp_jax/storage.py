@@ -57,16 +57,21 @@ def check_path(value: str | os.PathLike, *, flag: str) -> None:
   raise UserError(f"--{flag}={s} looks like a mistyped Cloud Storage URL: {hint} (a local folder: ./{s})")
 
 
-def probe_timeout_s() -> float:
-  """$GP_JAX_GCS_PROBE_TIMEOUT_S: seconds a gs:// probe (`check_bucket`) or a last write (`limit_writes`) may take."""
-  raw = os.environ.get(PROBE_TIMEOUT_ENV, "").strip()
+def env_seconds(name: str, default: float) -> float:
+  """Seconds from the environment variable `name` (unset or empty: `default`); UserError unless a number > 0."""
+  raw = os.environ.get(name, "").strip()
   try:
-    value = float(raw) if raw else DEFAULT_PROBE_TIMEOUT_S
+    value = float(raw) if raw else default
   except ValueError:
     value = -1.0
   if not value > 0:
-    raise UserError(f"{PROBE_TIMEOUT_ENV}={raw!r}: expected a number of seconds > 0")
+    raise UserError(f"{name}={raw!r}: expected a number of seconds > 0")
   return value
+
+
+def probe_timeout_s() -> float:
+  """$GP_JAX_GCS_PROBE_TIMEOUT_S: seconds a gs:// probe (`check_bucket`) or a last write (`limit_writes`) may take."""
+  return env_seconds(PROBE_TIMEOUT_ENV, DEFAULT_PROBE_TIMEOUT_S)
 
 
 def _gcs_endpoint() -> str:

@@ -221,6 +221,16 @@ def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[int]:
   return [p.returncode for p in procs]
 
 
+def exit_status(proc: subprocess.Popen, timeout: float) -> int:
+  """`proc`'s exit status; a process still running after `timeout` is killed (and the wait raises)."""
+  try:
+    return proc.wait(timeout=timeout)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+
+
 def run_main(workdir: str, *, timeout: float = 180, env=None, faults=None, **overrides) -> subprocess.CompletedProcess:
   return zygote.run(main_command(workdir, faults=faults, **overrides), check=False, cwd=REPO,
                     env=env or subprocess_env(), timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

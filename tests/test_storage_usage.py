@@ -157,10 +157,12 @@ def test_storage_failures_are_found_in_a_chain():
 
 
 @pytest.mark.parametrize("env,read", [(checkpoint.SAVE_TIMEOUT_ENV, checkpoint.save_timeout_s),
+                                      (checkpoint.SIGNAL_GRACE_ENV, checkpoint.signal_grace_s),
                                       (storage.PROBE_TIMEOUT_ENV, storage.probe_timeout_s)])
 def test_timeouts_from_the_environment(monkeypatch, env, read):
   monkeypatch.delenv(env, raising=False)
-  assert read() in (checkpoint.DEFAULT_SAVE_TIMEOUT_S, storage.DEFAULT_PROBE_TIMEOUT_S)
+  assert read() in (checkpoint.DEFAULT_SAVE_TIMEOUT_S, checkpoint.DEFAULT_SIGNAL_GRACE_S,
+                    storage.DEFAULT_PROBE_TIMEOUT_S)
   monkeypatch.setenv(env, "2.5")
   assert read() == 2.5
   for bad in ("0", "-1", "soon"):

@@ -51,11 +51,8 @@ def _start_then_lose_storage(gcs_env, workdir: str, **env):
 
 def _exit_status(proc, timeout: float) -> int:
   try:
-    return proc.wait(timeout=timeout)
+    return ht.exit_status(proc, timeout)
   finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait()
     storage.forget_listings("gs://bucket")
 
 

@@ -36,12 +36,7 @@ def _wait(proc, watcher, text: str) -> None:
 
 
 def _exit_status(proc, timeout: float = TIMEOUT) -> int:
-  try:
-    return proc.wait(timeout=timeout)
-  finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait()
+  return ht.exit_status(proc, timeout)
 
 
 def _interrupted_line(out: str) -> str:
