@@ -30,12 +30,16 @@ import os
 import sys
 import threading
 
-import jax
-from absl import app, flags
+from gp_jax import runtime
 
-from gp_jax import checkpoint, lease, runtime, storage, train
-from gp_jax.configs.args import check_override_keys, define_config_file
-from gp_jax.errors import StorageTimeout, UserError, help_exits_zero, storage_failure, storage_full
+runtime.quicken_imports()
+
+import jax  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from gp_jax import checkpoint, lease, storage, train  # noqa: E402
+from gp_jax.configs.args import check_override_keys, define_config_file  # noqa: E402
+from gp_jax.errors import StorageTimeout, UserError, help_exits_zero, storage_failure, storage_full  # noqa: E402
 
 _CONFIG = define_config_file("config", "Experiment config file (get_config(arg)).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory (local or gs://) for checkpoints, logs and results; "

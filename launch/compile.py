@@ -107,6 +107,7 @@ def main(argv=None) -> int:
   if args.install_gpu_compiler:
     return EXIT_ERROR if install_gpu_compiler() else EXIT_FITS
   use_cpu()
+  runtime.quicken_imports()
   try:
     s = accelerator_slice(args.accelerator_type)
     if s.platform == "cuda":

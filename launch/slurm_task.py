@@ -261,6 +261,7 @@ def main(argv=None) -> int:
   if not 0 <= args.index < len(submission["points"]):
     raise UserError(f"{args.submission}: no array index {args.index} (0..{len(submission['points']) - 1})")
   if args.cmd == "run":
+    runtime.quicken_imports()
     return run_point(submission, args.index, args.multihost)
   return attempt_ended(submission, args.index, args.rc, args.signal)
 

@@ -134,6 +134,32 @@ def test_gc_freezes_what_is_alive_and_makes_young_passes_rarer(monkeypatch):
     gc.freeze()  # as tests/conftest.py left this worker
 
 
+_THRESHOLD_AT_JAX = """\
+import gc, sys
+seen = []
+class Spy:
+  def find_spec(self, name, path=None, target=None):
+    if name == "jax" and not seen:
+      seen.append(gc.get_threshold())
+sys.meta_path.insert(0, Spy())
+import gp_jax.main
+print(*seen[0])
+"""
+
+
+@pytest.mark.e2e  # fresh interpreters
+def test_the_trainer_sets_the_collectors_thresholds_before_importing_jax():
+  """jax's, flax's and orbax's imports run under GC_THRESHOLDS (each young pass at the default thresholds walks what
+  the imports left so far); GP_JAX_GC=0 leaves Python's defaults."""
+  def threshold_at_jax(**env):
+    proc = subprocess.run([sys.executable, "-c", _THRESHOLD_AT_JAX], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu", **env}, timeout=120, check=True)
+    return tuple(map(int, proc.stdout.split()))
+
+  assert threshold_at_jax() == runtime.GC_THRESHOLDS
+  assert threshold_at_jax(GP_JAX_GC="0") == (700, 10, 10)
+
+
 def test_environ_sets_then_restores_each_variable(monkeypatch):
   monkeypatch.setenv("GP_JAX_TEST_SET", "before")
   monkeypatch.delenv("GP_JAX_TEST_UNSET", raising=False)

@@ -179,6 +179,7 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   if args.stage:
     pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
+    runtime.quicken_imports()
     return run_child(args)
   if not (math.isfinite(args.budget_s) and args.budget_s > 0):
     p.error(f"--budget_s={args.budget_s:g}: expected seconds > 0 for all stages together")
