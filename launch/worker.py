@@ -186,6 +186,7 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   if args.poll_s is not None and not args.poll_s > 0:
     parser.error(f"--poll_s={args.poll_s}: expected seconds > 0")
+  runtime.quicken_imports()
 
   multi = args.multihost
   if multi:
