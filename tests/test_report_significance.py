@@ -161,7 +161,7 @@ def test_trick_runs_are_their_own_cells_and_compared_with_plain(tmp_path):
       path = os.path.join(root, f"{name}{seed}", "config.json")
       config = json.load(open(path))
       json.dump({**config, **extra}, open(path, "w"))
-  assert runs_lib.trick_of({"adversarial": {"kind": "fgm", "epsilon": 0.0}}) == "plain"  # epsilon 0: the plain step
+  assert runs_lib.trick_of({"adversarial.kind": "fgm", "adversarial.epsilon": 0.0}) == "plain"  # epsilon 0: the plain step
   summary = report.summarize(report.collect(root))
   assert sorted((g["trick"], g["n"]) for g in summary) == [("fgm+ema", 2), ("pgd", 2), ("plain", 2)]
   rows = {r["what"]: r for r in stats.significance(summary, resamples=200)}

@@ -52,6 +52,14 @@ def variant_keys(rows: list[dict], keys: tuple[str, ...]) -> list[str]:
   return sorted(out)
 
 
+def cell_keys(rows: list[dict]) -> tuple[tuple[str, ...], list[str]]:
+  """(keys, variant keys) of the cells of these runs: `group_keys(rows)`, and the `variant_keys` of the finished
+  runs whose F1 is a number (`nonfinite_f1`) under them; stats.summarize's cells and contrasts' lost runs alike."""
+  keys = group_keys(rows)
+  usable = [row for row in rows if row["status"] == sweep.FINISHED and not nonfinite_f1(row["results"])]
+  return keys, variant_keys(usable, keys)
+
+
 def variant_label(row: dict, keys: list[str]) -> str:
   """"key=value, ..." for each of `keys` where the run's resolved config is not today's default ("" if none)."""
   config, defaults = row.get("config") or {}, config_defaults(row.get("encoder"))

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import sweep
-from .cells import (cell_flags, cell_name, finite, group_keys, js_key, nonfinite_f1, pointer_name, rope_name,
-                    seeds_text, setting_order, variant_keys, variant_label)
+from .cells import (cell_flags, cell_keys, cell_name, finite, js_key, nonfinite_f1, pointer_name, rope_name,
+                    seeds_text, setting_order, variant_label)
 from .paired import BOOTSTRAP_RESAMPLES, INFLUENCE_K, contrast_bootstrap, holm, influence, mean_t_interval, seed_t_test
 from .runs import NO_ROPE, PLAIN
 
@@ -71,28 +71,6 @@ def _groups(keys) -> list[tuple]:
   return sorted({(k[0], k[-1]) for k in keys}, key=lambda cv: tuple(map(str, cv)))
 
 
-def _comparisons(summary: list[dict]) -> list[tuple[dict, dict, str, tuple[str, ...]]]:
-  """`comparisons`, each with the config key prefixes its two cells may differ in."""
-  cells = {(_context(g), *_arm(g), g.get("variant", "")): g for g in summary}
-  out = []
-  for ctx, variant in _groups(cells):
-    here = [k[1:-1] for k in cells if (k[0], k[-1]) == (ctx, variant)]
-    suffix = f" [{variant}]" if variant else ""
-    out += [(cells[(ctx, *a, variant)], cells[(ctx, *b, variant)], what + suffix, keys)
-            for a, b, what, keys in _planned(here) if (ctx, *a, variant) in cells and (ctx, *b, variant) in cells]
-  return out
-
-
-def comparisons(summary: list[dict]) -> list[tuple[dict, dict, str]]:
-  """(group A, group B, what) for the study's comparisons whose two cells have finished runs, within one dataset x
-  encoder (x max_len) and variant (`_planned`): RoPE on vs off per head; GP (standard head, with RoPE) vs CRF; EGP
-  (efficient) vs GP with and without RoPE (all among runs without tricks); and each training trick against the plain
-  runs of the same head and RoPE. Relation and event runs (runs.POINTER_TASKS) make these among cells of equal
-  pointer RoPE (named with it, e.g. "RoPE on vs off (efficient, no pointer RoPE)"), plus pointer RoPE on vs off per
-  head and RoPE (model.pointer_rope only)."""
-  return [(a, b, what) for a, b, what, _ in _comparisons(summary)]
-
-
 def _per_record(results: dict, split: str):
   """int [3, R] (tp, fp, fn) per record of `split`, or None when results.json has no (usable) per-record counts."""
   counts = (results.get(split) or {}).get("per_record")
@@ -147,10 +125,11 @@ def _paired_contrast(terms, *, resamples: int, influence_k: int) -> tuple[dict |
   weights = [w for w, _, _ in terms]
   values = [sum(w * term[i][split]["f1"] for w, term in zip(weights, results)) for i in range(len(seeds))]
   mean, low, high = mean_t_interval(values)
-  t_p, t_why = seed_t_test(values)
   bad = [seed for seed, v in zip(seeds, values) if not finite(v)]
   if bad:  # a diverged run in a hand-made summary (stats.summarize leaves them out): untested at both levels
     t_p, t_why = None, f"{split} F1 not a number ({seeds_text(bad)})"
+  else:
+    t_p, t_why = seed_t_test(values)
   flags = []
   for (_, g, _), by in zip(terms, by_seed):
     found = cell_flags(g, [by[seed] for seed in seeds], splits=(split,))
@@ -218,8 +197,7 @@ def _lost_cells(rows: list[dict] | None) -> dict[tuple, list[dict]]:
           and (r["status"] != sweep.FINISHED or nonfinite_f1(r["results"]))]
   if not lost:
     return {}
-  keys = group_keys(rows)
-  vkeys = variant_keys([r for r in rows if r["status"] == sweep.FINISHED and not nonfinite_f1(r["results"])], keys)
+  keys, vkeys = cell_keys(rows)
   out: dict[tuple, list[dict]] = {}
   for r in lost:
     ctx = (str(r["dataset"]), str(r["encoder"]), str(r.get("max_len")) if "max_len" in keys else None)

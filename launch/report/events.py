@@ -12,9 +12,9 @@ argument F1's).
 
 from __future__ import annotations
 
-import math
 import statistics
 
+from .cells import finite
 from .paired import holm, mean_t_interval, seed_t_test
 from .runs import EVENTS
 from .splits import split_label
@@ -52,7 +52,7 @@ def _mean_std(values: list[float]) -> str:
 
 
 def _fmt(values: list[float | None], n: int) -> str:
-  known = [v for v in values if v is not None and math.isfinite(v)]  # NaN: not averaged, (n=k) says so
+  known = [v for v in values if finite(v)]  # NaN: not averaged, (n=k) says so
   cell = _mean_std(known)
   return cell if len(known) == n or not known else f"{cell} (n={len(known)})"
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import io
-import math
 import statistics
 
 from etils import epath
 
+from .cells import finite
 from .runs import EVENTS, NO_ROPE, PLAIN, RELATIONS, TAGGER
 from .splits import joined
 from .stats import gold_by_length, length_buckets, pointer_name, pooled_by_length, setting_order
@@ -292,7 +292,7 @@ def _history_curve(members: list[dict], unit: str) -> tuple[list[float], ...]:
   at: dict[float, list[float]] = {}
   for m in members:
     for h in m["history"]:
-      if h["f1"] is not None and math.isfinite(h["f1"]):
+      if finite(h["f1"]):
         at.setdefault(round(float(h[unit]), 6), []).append(100 * h["f1"])
   xs = sorted(at)
   return (xs, [statistics.mean(at[x]) for x in xs], [min(at[x]) for x in xs], [max(at[x]) for x in xs],

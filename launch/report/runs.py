@@ -146,11 +146,11 @@ def dev_history(path, results: dict | None, spe: float | None) -> tuple[list[dic
 
 
 def trick_of(config: dict) -> str:
-  """The training tricks a run used (experiments/tricks.py): "plain", "ema", "fgm", "pgd", "fgm+ema", "pgd+ema".
-  Configs from before the tricks existed are "plain"."""
-  kind = (config.get("adversarial") or {}).get("kind", "none")
-  epsilon = (config.get("adversarial") or {}).get("epsilon", 0.0)
-  ema = float((config.get("optimizer") or {}).get("ema_decay", 0.0) or 0.0) > 0
+  """The training tricks a run used (experiments/tricks.py), from its config with flat keys (`flatten`): "plain",
+  "ema", "fgm", "pgd", "fgm+ema", "pgd+ema". Configs from before the tricks existed are "plain"."""
+  kind = config.get("adversarial.kind", "none")
+  epsilon = config.get("adversarial.epsilon", 0.0)
+  ema = float(config.get("optimizer.ema_decay", 0.0) or 0.0) > 0
   parts = ([kind] if kind not in ("none", None) and epsilon else []) + (["ema"] if ema else [])
   return "+".join(parts) or PLAIN
 
@@ -244,7 +244,11 @@ def collect(roots) -> list[dict]:
       spe = steps_per_epoch(config, results)
       epochs, stopped = training_length(config, results, spe)
       history, source = dev_history(path, results, spe)
-      resolved = resolved_config(config, results, kind)
+      # The cell's config: `shown` less the use_rope a tagger head ignores (resolved_config with kind); without a
+      # config.json, today's defaults.
+      resolved = shown if config else resolved_config(config, results, SPAN)
+      if kind == TAGGER:
+        resolved = {k: v for k, v in resolved.items() if k != "model.use_rope"}
       task = task_of(config, results)
       rows.append({
           "run": rel if len(roots) == 1 else f"{str(root).rstrip('/')}/{rel}",
@@ -257,8 +261,7 @@ def collect(roots) -> list[dict]:
           "pointer_rope": str(resolved.get("model.pointer_rope", False)) if task in POINTER_TASKS else NO_ROPE,
           "seed": config.get("seed"),
           "max_len": shown.get("data.max_len"),
-          "trick": trick_of({"adversarial": {k: shown.get(f"adversarial.{k}") for k in ("kind", "epsilon")},
-                             "optimizer": {"ema_decay": shown.get("optimizer.ema_decay")}}),
+          "trick": trick_of(shown),
           "results": results,
           "head_kind": kind,
           "length_buckets": length_buckets_of(results),

@@ -37,7 +37,12 @@ def labels_of(configs, split: str) -> list[str]:
 
 def joined(configs, split: str) -> str:
   """`labels_of` as one name: "official dev", or "test / official dev" where the configs differ."""
-  return " / ".join(labels_of(configs, split)) or split
+  return join_labels(labels_of(configs, split), split)
+
+
+def join_labels(labels: list[str], split: str) -> str:
+  """`joined` of labels found already (`labels_of`)."""
+  return " / ".join(labels) or split
 
 
 def is_plain(configs) -> bool:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import statistics
 
 from .. import sweep
-from .cells import (GROUP_KEYS, cell_flags, cell_name, duplicate_text, finite, group_keys,  # noqa: F401
+from .cells import (GROUP_KEYS, cell_flags, cell_keys, cell_name, duplicate_text, finite, group_keys,  # noqa: F401
                     js_key, nonfinite_f1, one_per_seed, pointer_name, rope_name, seeds_text, setting_order,
                     variant_keys, variant_label, zero_f1)
 from .contrasts import (ALPHA, HEAD_KEYS, LENGTH_KEYS, POINTER_ROPE_KEYS, ROPE_KEYS, TRICK_KEYS,  # noqa: F401
-                        compare, comparisons, significance, significant)
+                        compare, significance, significant)
 from .paired import (BOOTSTRAP_RESAMPLES, INFLUENCE_K, SHARE_TOPS, contrast_bootstrap, holm,  # noqa: F401
                      influence, mean_t_interval, micro_f1, paired_bootstrap, seed_t_test, t_cdf, t_quantile)
 from .runs import NO_ROPE, PLAIN
@@ -32,9 +32,8 @@ METRICS = (
 
 
 def mean_std(values: list[float]) -> tuple[float | None, float | None]:
-  """(mean, sample std) of the finite values (NaN and inf are left out); std None when fewer than 2, both None when
-  there are none."""
-  values = [float(v) for v in values if finite(v)]
+  """(mean, sample std) of finite values (`summarize` leaves NaN and inf out before); std None when fewer than 2,
+  both None when there are none."""
   if not values:
     return None, None
   return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else None)
@@ -50,10 +49,9 @@ def summarize(rows: list[dict]) -> list[dict]:
   of its finished runs whose dev or test F1 is not a number (`cells.nonfinite_f1`: a diverged run; left out of
   members, never averaged; `cell_flags` names both kinds; runs without a config.json are in no cell, nor runs of a
   config that none finished usably: `failed_cells`)}."""
-  keys = group_keys(rows)
+  keys, vkeys = cell_keys(rows)
   finished = [row for row in rows if row["status"] == sweep.FINISHED]
   usable = [row for row in finished if not nonfinite_f1(row["results"])]
-  vkeys = variant_keys(usable, keys)
   groups: dict[tuple, list[dict]] = {}
   for row in usable:
     config = row.get("config") or {}
@@ -72,7 +70,7 @@ def summarize(rows: list[dict]) -> list[dict]:
     members, dropped = one_per_seed(groups[(shown, variant)])
     metrics = {}
     for col, get in METRICS:
-      values = [float(v) for v in (get(m["results"]) for m in members) if v is not None and finite(v)]
+      values = [float(v) for v in (get(m["results"]) for m in members) if finite(v)]
       metrics[col] = (*mean_std(values), len(values))
     out.append({**dict(zip(keys, shown)), **({"variant": variant_label(members[0], vkeys)} if vkeys else {}),
                 "config": members[0].get("config") or {}, "head_kind": members[0]["head_kind"],

@@ -8,7 +8,7 @@ import statistics
 from .. import sweep
 from . import events
 from .runs import RELATIONS
-from .splits import ROLES, is_plain, joined, labels_of, split_label
+from .splits import ROLES, is_plain, join_labels, labels_of, split_label
 from .stats import (ALPHA, BOOTSTRAP_RESAMPLES, INFLUENCE_K, METRICS, SHARE_TOPS, cell_flags, cell_name, compare,
                     duplicate_text, failed_cells, length_buckets, nonfinite_f1, pooled_by_length, seeds_text,
                     summarize)
@@ -46,11 +46,11 @@ def _row(cells) -> str:
   return "| " + " | ".join(cells) + " |"
 
 
-def _metric_header(col: str, configs) -> str:
-  """A METRICS column named by the split its cells' configs say ("official dev F1"; "dev / holdout F1" when they
-  differ: the splits column then names each row's)."""
+def _metric_header(col: str, labels: dict[str, list[str]]) -> str:
+  """A METRICS column named by the split its cells' configs say (`labels`: role -> `labels_of` the configs):
+  "official dev F1"; "dev / holdout F1" when they differ (the splits column then names each row's)."""
   role, _, what = col.partition(" ")
-  return f"{joined(configs, role)} {what}" if role in ROLES else col
+  return f"{join_labels(labels[role], role)} {what}" if role in ROLES else col
 
 
 def groups_table(summary: list[dict]) -> str:
@@ -62,9 +62,10 @@ def groups_table(summary: list[dict]) -> str:
   flags = {id(g): cell_flags(g) for g in summary}
   check = ["check"] if any(flags.values()) else []
   configs = [g.get("config") for g in summary]
-  mixed = any(len(labels_of(configs, role)) > 1 for role in ROLES)
+  labels = {role: labels_of(configs, role) for role in ROLES}
+  mixed = any(len(found) > 1 for found in labels.values())
   cols = (_key_header(summary) + (["splits (dev / test)"] if mixed else [])
-          + [_metric_header(c, configs) for c, _ in METRICS] + check)
+          + [_metric_header(c, labels) for c, _ in METRICS] + check)
   lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
   for g in summary:
     cells = _key_cells(g) + ([" / ".join(split_label(g.get("config"), r) for r in ROLES)] if mixed else [])
