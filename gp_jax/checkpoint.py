@@ -152,19 +152,11 @@ class Manager(ocp.CheckpointManager):
   def wait_until_finished(self):
     if not self.is_async:  # several processes: saves are synchronous, nothing runs in the background
       return super().wait_until_finished()
-    done, failed = threading.Event(), []
-
-    def wait():
-      try:
-        ocp.CheckpointManager.wait_until_finished(self)
-      except BaseException as e:  # pylint: disable=broad-except  # raised in the caller's thread below
-        failed.append(e)
-      finally:
-        done.set()
-
-    threading.Thread(target=wait, name="gp_jax-save-wait", daemon=True).start()
-    if not done.wait(0.05):  # a save in flight
-      self._wait_interruptibly(done)
+    waiter, failed = storage.in_background(lambda: ocp.CheckpointManager.wait_until_finished(self),
+                                           "gp_jax-save-wait")
+    waiter.join(0.05)
+    if waiter.is_alive():  # a save in flight
+      self._wait_interruptibly(waiter)
     step, self.in_flight = self.in_flight, None
     if failed:
       raise failed[0]
@@ -177,7 +169,7 @@ class Manager(ocp.CheckpointManager):
       return f"No finished checkpoint in {self.directory}"
     return f"Last finished checkpoint: step {self.last_finished} in {self.directory}"
 
-  def _wait_interruptibly(self, done: threading.Event) -> None:
+  def _wait_interruptibly(self, waiter: threading.Thread) -> None:
     timeout = save_timeout_s()
     grace = signal_grace_s()
     notice = min(30.0, timeout / 10)
@@ -185,7 +177,10 @@ class Manager(ocp.CheckpointManager):
     restore = _catch_signals(stop)
     start, noticed, signalled_at = time.monotonic(), False, None
     try:
-      while not done.wait(0.2):
+      while True:
+        waiter.join(0.2)
+        if not waiter.is_alive():
+          break
         waited = time.monotonic() - start
         if stop and signalled_at is None:
           signalled_at = waited

@@ -186,19 +186,26 @@ def limit_writes(seconds: float | None) -> None:
   _write_limit_s = seconds
 
 
-def _bounded(what: str, fn) -> None:
-  if _write_limit_s is None:
-    return fn()
-  failed = []
+def in_background(fn, name: str) -> tuple[threading.Thread, list[BaseException]]:
+  """`fn()` started on a daemon thread (left behind if it never returns), and the list that receives what it raises,
+  for the caller to raise in its own thread."""
+  failed: list[BaseException] = []
 
   def run():
     try:
       fn()
-    except BaseException as e:  # pylint: disable=broad-except  # raised in the caller's thread
+    except BaseException as e:  # pylint: disable=broad-except
       failed.append(e)
 
-  t = threading.Thread(target=run, name="gp_jax-storage-write", daemon=True)  # left behind if storage never answers
+  t = threading.Thread(target=run, name=name, daemon=True)
   t.start()
+  return t, failed
+
+
+def _bounded(what: str, fn) -> None:
+  if _write_limit_s is None:
+    return fn()
+  t, failed = in_background(fn, "gp_jax-storage-write")  # left behind if storage never answers
   t.join(_write_limit_s)
   if t.is_alive():
     raise TimeoutError(f"writing {what}: no answer from storage within {_write_limit_s:g} s")

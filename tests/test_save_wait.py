@@ -9,6 +9,13 @@ import types
 from gp_jax import checkpoint as ckpt_lib
 
 
+def _ends_when_set(done: threading.Event) -> threading.Thread:
+  """Stands in for the thread running Orbax's wait: it ends when `done` is set."""
+  waiter = threading.Thread(target=done.wait, daemon=True)
+  waiter.start()
+  return waiter
+
+
 def test_a_save_that_finishes_in_the_grace_period_hands_the_signal_on(monkeypatch):
   monkeypatch.setenv(ckpt_lib.SIGNAL_GRACE_ENV, "30")
   received, done = [], threading.Event()
@@ -18,7 +25,7 @@ def test_a_save_that_finishes_in_the_grace_period_hands_the_signal_on(monkeypatc
   try:
     timer = threading.Timer(0.3, lambda: (os.kill(os.getpid(), signal.SIGTERM), threading.Timer(0.5, done.set).start()))
     timer.start()
-    ckpt_lib.Manager._wait_interruptibly(fake, done)
+    ckpt_lib.Manager._wait_interruptibly(fake, _ends_when_set(done))
     timer.join()
   finally:
     signal.signal(signal.SIGTERM, old)
@@ -37,7 +44,7 @@ def test_a_save_that_does_not_finish_stops_at_once_after_the_grace_period(monkey
   fake = types.SimpleNamespace(in_flight=8, _stop_at_once=stop_at_once)
   try:
     threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
-    ckpt_lib.Manager._wait_interruptibly(fake, done)
+    ckpt_lib.Manager._wait_interruptibly(fake, _ends_when_set(done))
   finally:
     signal.signal(signal.SIGTERM, old)
   (name, waited), = stopped
