@@ -161,8 +161,9 @@ def _exit_if_storage_failed(e: BaseException) -> None:
     return
   if isinstance(failed, StorageTimeout):  # names the step, the storage's error and the last finished checkpoint
     _last_line(f"error: {failed}")
-  _last_line(f"error: storage not answering: {' '.join(str(failed).split()) or type(failed).__name__}. Rerun the "
-             f"same command to resume from the last finished checkpoint in {storage.path(_WORKDIR.value) / 'ckpt'}")
+  else:
+    _last_line(f"error: storage not answering: {' '.join(str(failed).split()) or type(failed).__name__}. Rerun the "
+               f"same command to resume from the last finished checkpoint in {storage.path(_WORKDIR.value) / 'ckpt'}")
 
 
 def _last_line(line: str) -> None:

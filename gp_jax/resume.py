@@ -71,7 +71,7 @@ def saved_tokenizer(root, init_from: str = "", encoder: str = ""):
     raise UserError(f"init_from={init_from}: no such folder: expected the workdir of an earlier run, or its best/ "
                     "or ckpt/ folder")
   src = run_root(init_from)
-  if src is not None and encoder and _key(storage.read_json(src / "config.json"), "model.encoder") != encoder:
+  if src is not None and encoder and wd.flatten(storage.read_json(src / "config.json")).get("model.encoder") != encoder:
     return None
   if src is None or not wd.has_tokenizer(src):
     log.warning("init_from=%s holds no tokenizer/: this run builds its own from its training data, which must be "
@@ -91,21 +91,13 @@ def run_root(init_from):
   return None
 
 
-# The config keys that fix a model's parameter shapes: init_from's run and this one must agree on them.
-SHAPE_KEYS = ("task", "model.encoder", "model.pretrained", "model.head", "model.tag_scheme", "model.head_size",
-              "model.embed_dim", "model.bigram_dim", "model.hidden_size", "model.num_layers", "model.block",
-              "model.kernel_size", "model.num_attn_layers")
+# The config keys that fix a model's parameter shapes: init_from's run and this one must agree on them (the scratch
+# encoder's own only for it).
 SCRATCH_KEYS = ("model.embed_dim", "model.bigram_dim", "model.hidden_size", "model.num_layers", "model.block",
                 "model.kernel_size", "model.num_attn_layers")
+SHAPE_KEYS = ("task", "model.encoder", "model.pretrained", "model.head", "model.tag_scheme", "model.head_size",
+              *SCRATCH_KEYS)
 ENCODER_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-
-
-def _key(d: dict, key: str, default=None):
-  for part in key.split("."):
-    if not isinstance(d, dict) or part not in d:
-      return default
-    d = d[part]
-  return d
 
 
 def model_differences(setup, config, init_from) -> list[str]:
@@ -115,24 +107,25 @@ def model_differences(setup, config, init_from) -> list[str]:
   src = run_root(init_from)
   if src is None:
     return []
-  old, new = storage.read_json(src / "config.json"), json.loads(config.to_json_best_effort())
-  defaults = json.loads(base_config.get_config().to_json_best_effort())
+  old, new = wd.flatten(storage.read_json(src / "config.json")), wd.flatten(json.loads(config.to_json_best_effort()))
+  defaults = wd.flatten(json.loads(base_config.get_config().to_json_best_effort()))
   scratch = setup.spec.encoder == "scratch"
-  tagger = any(_key(c, "model.head") in TAGGERS for c in (old, new))
+  tagger = any(c.get("model.head") in TAGGERS for c in (old, new))
   out = []
   for key in SHAPE_KEYS:
     if ((key in SCRATCH_KEYS and not scratch) or (key == "model.pretrained" and scratch)
         or (key == "model.tag_scheme" and not tagger)):
       continue
-    a, b = _key(old, key, _key(defaults, key)), _key(new, key, _key(defaults, key))
+    a, b = old.get(key, defaults.get(key)), new.get(key, defaults.get(key))
     if a != b:
       out.append(f"{key} {a!r} -> {b!r}")
-  if (src / "types.json").exists() and len(wd.load_types(src)) != len(setup.types):
-    out.append(f"types {len(wd.load_types(src))} -> {len(setup.types)}")
+  theirs = wd.load_types(src) if (src / "types.json").exists() else None
+  if theirs is not None and len(theirs) != len(setup.types):
+    out.append(f"types {len(theirs)} -> {len(setup.types)}")
   if wd.has_tokenizer(src):
-    theirs = wd.load_tokenizer(src)
+    tokenizer = wd.load_tokenizer(src)
     for name in ("vocab_size", "bigram_vocab_size"):
-      a, b = getattr(theirs, name, None), getattr(setup.tokenizer, name, None)
+      a, b = getattr(tokenizer, name, None), getattr(setup.tokenizer, name, None)
       if a != b:
         out.append(f"tokenizer {name} {a} -> {b}")
   encoder = wd.load_encoder_config(src) or {}
@@ -183,7 +176,8 @@ def init_from_params(setup, init_from: str, config):
                      "a run of the same model, or train without it")
 
   try:
-    step = src.best_step() if src.best_step() is not None else src.latest_step()
+    step = src.best_step()
+    step = src.latest_step() if step is None else step
     theirs, ours = stored_shapes(directory, step) if step is not None else None, _shapes(setup.abstract_params)
     if theirs is not None and theirs != ours:
       raise misfit("parameters " + "; ".join(shape_differences(theirs, ours)))

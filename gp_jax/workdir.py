@@ -76,12 +76,13 @@ COMPARED_SECTIONS = ("model", "data", "tokenizer", "optimizer", "loss", "adversa
 LOCATION_KEYS = ("data.manual_dir", "data.tfds_dir")
 
 
-def _flatten(d, prefix=""):
+def flatten(d, prefix=""):
+  """{"model": {"head": "crf"}} -> {"model.head": "crf"} (tuples become lists, as in config.json)."""
   out = {}
   for k, v in d.items():
     key = f"{prefix}{k}"
     if isinstance(v, dict):
-      out.update(_flatten(v, key + "."))
+      out.update(flatten(v, key + "."))
     else:
       out[key] = list(v) if isinstance(v, tuple) else v
   return out
@@ -96,7 +97,7 @@ def config_changes(old: dict, new: dict, defaults: dict | None = None, *, ignore
 
   A key missing from `old` (added to the code after that run was written) counts as its value in
   `defaults`, the base config, whose defaults keep earlier behaviour."""
-  compared = lambda d: {RENAMED_KEYS.get(k, k): v for k, v in _flatten(d).items()  # noqa: E731
+  compared = lambda d: {RENAMED_KEYS.get(k, k): v for k, v in flatten(d).items()  # noqa: E731
                         if k.split(".")[0] in COMPARED_SECTIONS and k not in LOCATION_KEYS and k not in ignore}
   a, b = compared(old), compared(new)
   a = {**{k: v for k, v in compared(defaults or {}).items() if k in b}, **a}
