@@ -50,7 +50,7 @@ from . import prog, sweep
 from .accelerators import (accelerator_slice, gpu_compiler_missing, gpu_memory_fraction, install_gpu_compiler,
                            libtpu_missing, use_cpu)
 # tests/test_hlo_traffic.py takes the compile-only devices from here.
-from .points import NUM_TYPES, SCRATCH_VOCAB, STEPS, sweep_points
+from .points import NUM_TYPES, SCRATCH_VOCAB, STEPS, build_points, preview_runs
 
 # launch.compiler and gp_jax import jax, so main imports them once `use_cpu` has set JAX_PLATFORMS: this process
 # computes on the CPU whatever libtpu or GPU plugin is installed.
@@ -133,9 +133,10 @@ def main(argv=None) -> int:
     steps = [x.strip() for x in args.steps.split(",") if x.strip()]
     if not steps or set(steps) - set(STEPS):
       raise ValueError(f"--steps takes a comma list of {', '.join(STEPS)}, got {args.steps!r}")
-    points = sweep_points(args.config, extra=args.extra, points=args.points)
-    path, colon, arg = args.config.partition(":")
-    overridden = sweep.swept_overrides(path, sweep.checked_points(path, arg if colon else None), args.extra)
+    runs = preview_runs(args.config, extra=args.extra)
+    # Of every point, before --points chooses: what `sweep.expand` refuses for a sweep with run folders.
+    overridden = sweep.swept_overrides(args.config.partition(":")[0], [dict(r.overrides) for r in runs], args.extra)
+    points = build_points(runs, args.points)
   except (ValueError, FileNotFoundError) as e:  # UserError is a ValueError
     print(f"error: {e}", file=sys.stderr)
     return EXIT_USAGE

@@ -44,9 +44,9 @@ import tempfile
 import threading
 
 from gp_jax import storage
-from gp_jax.errors import UserError
 
 from . import command, module_name, prog, sweep, user_errors_exit_2
+from .sweep import only_pattern, select
 
 # Deferred import below: launch.points (it imports the trainer's config checks: jax, flax, optax; seconds), for
 # --dry_run's check only: the launcher that runs the points starts in a fraction of a second.
@@ -68,24 +68,6 @@ def summary_lines(rows: list[tuple[str, str, str, str, str]]) -> list[str]:
   if unfinished:
     counts.append(f"unfinished {unfinished}")
   return [f"sweep summary ({len(rows)} points):", *out, "summary: " + " | ".join(counts)]
-
-
-def only_pattern(only: str) -> re.Pattern | None:
-  """--only compiled; a bad regular expression is a usage error."""
-  try:
-    return re.compile(only) if only else None
-  except re.error as e:
-    raise UserError(f"--only {only!r} is not a regular expression: {e}") from None
-
-
-def select(runs: list[sweep.Run], only: str) -> list[sweep.Run]:
-  """The runs whose folder name matches --only (all without it); none matching is a usage error."""
-  pattern = only_pattern(only)
-  chosen = [r for r in runs if pattern is None or pattern.search(r.name)]
-  if not chosen:
-    names = ", ".join(r.name for r in runs[:8]) + (", ..." if len(runs) > 8 else "")
-    raise UserError(f"no point matches --only {only!r} ({len(runs)} points: {names})")
-  return chosen
 
 
 _ERROR_LINE = re.compile(r"^(error: .+|([\w.]+\.)?\w*(Error|Exception)\b.*)$")  # main's line; a traceback's last

@@ -7,7 +7,6 @@ import dataclasses
 import json
 
 from gp_jax import runtime, storage
-from gp_jax.configs.args import check_override_keys
 from gp_jax.errors import UserError
 
 from . import sweep, worker
@@ -31,7 +30,18 @@ class Point:
 def sweep_points(config_spec: str, *, extra=(), points: str = "all") -> list[Point]:
   """The chosen points of `config_spec`'s sweep (one point when it has none), configs as `gp_jax.main` builds them;
   UserError, in one line, for a config that does not build."""
-  runs = sweep.expand(config_spec, "compile", extra=list(extra), preview=True)
+  return build_points(preview_runs(config_spec, extra=extra), points)
+
+
+def preview_runs(config_spec: str, *, extra=()) -> list[sweep.Run]:
+  """Every point of `config_spec`'s sweep as a Run without a run folder (`sweep.expand`'s preview: a flag that
+  overrides a swept key is the caller's to report, from the runs' overrides)."""
+  return sweep.expand(config_spec, "compile", extra=list(extra), preview=True)
+
+
+def build_points(runs: list[sweep.Run], points: str = "all") -> list[Point]:
+  """The runs `points` chooses ("all", or comma-separated indices) with their configs; UserError, in one line naming
+  the point, for an index out of range or a config that does not build."""
   if points != "all":
     chosen = [int(i) for i in points.split(",") if i.strip()]
     bad = [i for i in chosen if not 0 <= i < len(runs)]
@@ -65,21 +75,9 @@ def _one_line(e: BaseException) -> str:
 
 
 def _build_error(e: BaseException, run: sweep.Run) -> str:
-  """What a failed config build says, as gp_jax.main says it: the innermost UserError of the chain (absl wraps it),
-  else the override key the config lacks, else the root cause."""
-  chain, seen = [], set()
-  while e is not None and id(e) not in seen:
-    seen.add(id(e))
-    chain.append(e)
-    e = e.__cause__ or e.__context__
-  user = [x for x in chain if isinstance(x, UserError)]
-  if user:
-    return _one_line(user[-1])
-  try:
-    unknown = check_override_keys(list(run.argv[3:]))
-  except Exception:  # pylint: disable=broad-except
-    unknown = None
-  return unknown or _one_line(chain[-1])
+  """What a failed config build says, as gp_jax.main says it (`worker.config_error`: load_config's UserError carries
+  it already), in one line, without the point's name."""
+  return (worker.config_error(e, ["worker", *run.argv[3:]]).strip().splitlines() or [""])[0]
 
 
 def config_problem(run: sweep.Run, *, platform: str | None = None, workdir: bool = True) -> str | None:

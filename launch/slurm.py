@@ -45,8 +45,8 @@ from gp_jax.errors import UserError
 
 from . import command, points, prog, sweep, user_errors_exit_2, worker
 from . import slurm_task as task
-from .local import only_pattern, select
 from .slurm_script import batch_script, report_command
+from .sweep import only_pattern, select
 from .tpu import status_rows
 
 QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "STOPPED"}

@@ -137,7 +137,7 @@ def _decide(sub: dict, index: int, run: sweep.Run) -> tuple[int, int, str]:
     return SKIP, -1, "already finished"
   if cancelled(sub, index):
     return SKIP, -1, "its submission was cancelled"
-  matched, why = worker.config_matches(run, worker.load_config(run))
+  matched, why = worker.config_matches(run, worker.load_named_config(run))
   if not matched:
     return REFUSE, -1, f"the workdir holds a run of another config ({why})"
   return RUN, worker.resume_step(run.workdir), ""
@@ -178,7 +178,7 @@ def run_point(sub: dict, index: int, multihost: bool) -> int:
     _print(f"{name}: {why}; not run (marked failed)")
     return EXIT_REFUSED
   _print(f"{name}: {'resuming from step ' + str(step) if step >= 0 else 'starting'} in {run.workdir}")
-  config = worker.load_config(run)
+  config = worker.load_named_config(run)
   if multi and config is not None and "multihost" in config:
     config.multihost = True
   try:

@@ -166,6 +166,24 @@ def expand(config_spec: str, workdir_root: str, *, extra=(), python: str = sys.e
   return runs
 
 
+def only_pattern(only: str) -> re.Pattern | None:
+  """--only compiled; a bad regular expression is a usage error."""
+  try:
+    return re.compile(only) if only else None
+  except re.error as e:
+    raise UserError(f"--only {only!r} is not a regular expression: {e}") from None
+
+
+def select(runs: list[Run], only: str) -> list[Run]:
+  """The runs whose folder name matches --only (all without it); none matching is a usage error."""
+  pattern = only_pattern(only)
+  chosen = [r for r in runs if pattern is None or pattern.search(r.name)]
+  if not chosen:
+    names = ", ".join(r.name for r in runs[:8]) + (", ..." if len(runs) > 8 else "")
+    raise UserError(f"no point matches --only {only!r} ({len(runs)} points: {names})")
+  return chosen
+
+
 # ----------------------------------------------------------------------------- run status (local or gs://)
 
 

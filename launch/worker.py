@@ -25,7 +25,6 @@ import importlib
 import json
 import logging
 import os
-import re
 import sys
 import time
 
@@ -59,7 +58,7 @@ def _print(msg: str) -> None:
 def load_config(run: sweep.Run):
   """The ConfigDict `python -m gp_jax.main` would build from the run's flags (`--config=...:arg --config.k=v`); a
   config that does not load (an unknown arg or key, a value get_config refuses) is a UserError in one line, as
-  gp_jax.main says it."""
+  gp_jax.main says it (`config_error`), without the point's name: each caller names the point its own way."""
   argv = ["worker", *run.argv[3:]]
   fv = flags.FlagValues()
   try:
@@ -69,19 +68,34 @@ def load_config(run: sweep.Run):
     fv(argv)
     return holder.value
   except (OSError, KeyError, AttributeError, ValueError, flags.Error) as e:
-    raise UserError(f"{_config_error(e, argv)} (point {run.name})") from None
+    raise UserError(config_error(e, argv)) from None
 
 
-def _config_error(e: BaseException, argv) -> str:
-  """One line for a config that did not load: the innermost UserError of e's causes (absl re-raises what get_config
-  raised with a traceback in its message), else the unknown --config.KEY, else e's own words."""
-  found, cause = None, e
-  while cause is not None:
-    found = cause if isinstance(cause, UserError) else found
+def load_named_config(run: sweep.Run):
+  """`load_config`, its UserError naming the point (the worker's and a SLURM task's line)."""
+  try:
+    return load_config(run)
+  except UserError as e:
+    raise UserError(f"{e} (point {run.name})") from None
+
+
+def config_error(e: BaseException, argv) -> str:
+  """What a config that did not load says, as gp_jax.main says it: the innermost UserError of e's chain (absl
+  re-raises what get_config raised with a traceback in its message), else the --config.KEY of `argv` (the point's
+  flags) that the config lacks, else e's own words in one line."""
+  chain, seen, cause = [], set(), e
+  while cause is not None and id(cause) not in seen:
+    seen.add(id(cause))
+    chain.append(cause)
     cause = cause.__cause__ or cause.__context__
-  if found is not None:
-    return str(found)
-  return check_override_keys(argv) or " ".join(f"{type(e).__name__}: {e}".split())
+  user = [x for x in chain if isinstance(x, UserError)]
+  if user:
+    return str(user[-1])
+  try:
+    unknown = check_override_keys(list(argv))
+  except Exception:  # pylint: disable=broad-except
+    unknown = None
+  return unknown or " ".join(f"{type(e).__name__}: {e}".split())
 
 
 def resume_step(workdir: str) -> int:
@@ -186,6 +200,7 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   if args.poll_s is not None and not args.poll_s > 0:
     parser.error(f"--poll_s={args.poll_s}: expected seconds > 0")
+  only = sweep.only_pattern(args.only)  # a bad regex is a usage error, before jax.distributed starts
   runtime.quicken_imports()
 
   multi = args.multihost
@@ -205,10 +220,8 @@ def main(argv=None) -> int:
     runtime.configure()
 
   runs = sweep.expand(args.config, args.workdir, extra=args.extra)
-  if args.only:
-    runs = [r for r in runs if re.search(args.only, r.name)]
-  for run in runs:  # every point's config loads before anything is written under the root (a lease)
-    load_config(run)
+  runs = [r for r in runs if only is None or only.search(r.name)]  # none left: "nothing left", exit 0
+  configs = [load_named_config(run) for run in runs]  # every one before anything is written under the root (a lease)
   name = args.name or "worker"
   chooser = Chooser(runs, args.workdir, name) if is_main else None
   run_point = runner(args.runner)
@@ -220,8 +233,7 @@ def main(argv=None) -> int:
       step, ok, why = -1, 1, ""
       if choice >= 0:
         step = resume_step(runs[choice].workdir)
-        config = load_config(runs[choice])
-        matched, why = config_matches(runs[choice], config)
+        matched, why = config_matches(runs[choice], configs[choice])  # reads it only: the one loaded above
         ok = int(matched)
       values = [choice, step, ok]
     else:
@@ -245,7 +257,7 @@ def main(argv=None) -> int:
     lease = chooser.lease if is_main else None
     _print(f"{name}: {run.name}: {'resuming from step ' + str(step) if step >= 0 else 'starting'} "
            f"(lease epoch {lease.epoch if lease else '-'})")
-    config = load_config(run)
+    config = load_named_config(run)  # afresh: it is changed below and the trainer may change it too
     if multi and config is not None and "multihost" in config:
       config.multihost = True
     try:

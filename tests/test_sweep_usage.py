@@ -109,3 +109,23 @@ def test_tpu_run_refuses_an_experiment_outside_the_repository(tmp_path, capsys):
   assert rc == 2
   assert capsys.readouterr().err.splitlines()[-1] == (
       f"error: --config {exp} is outside the repository {REPO}; only files in the repo are shipped")
+
+
+def test_a_launcher_names_a_point_once_and_groups_a_shared_reason(tmp_path, capsys):
+  """load_config's reason ended in "(point NAME)": launch.compile's and the dry runs' lines, which name the point
+  themselves, named it twice, and points sharing an unknown key each had a reason of their own (a line each)."""
+  exp = _experiment(tmp_path, """
+      from experiments import synthetic
+      get_config = synthetic.get_config
+      def get_sweep(arg=None):
+        return [{"config.seed": s, "config.model.use_ropee": False} for s in range(3)]
+      """)
+  says = ("unknown config key 'model.use_ropee' in '--config.model.use_ropee=False'; closest: model.use_rope, "
+          "model.pointer_rope, model.embed_dropout")
+  with pytest.raises(UserError) as e:
+    points.sweep_points(f"{exp}:quick", points="1")
+  assert str(e.value) == f"quick/seed=1,use_ropee=False: {says}"
+  assert local.main([f"--config={exp}:quick", f"--workdir={tmp_path / 'runs'}", "--dry_run"]) == 2
+  assert capsys.readouterr().err.splitlines() == [
+      f"error: 3 points (quick/seed=0,use_ropee=False, quick/seed=1,use_ropee=False, quick/seed=2,use_ropee=False): "
+      f"{says}"]
