@@ -63,10 +63,11 @@ class Evaluator:
   def tune_threshold(self, params, splits, *, at_zero: dict) -> dict:
     """Span heads: the dev-best threshold of `threshold.GRID` (`threshold.scan` on dev), applied to dev and test ->
     {"threshold": {...}, "dev_tuned", "test_tuned"} for results.json. `at_zero`: the splits' results at 0. Where it
-    does not apply (taggers, a task that refuses it, no dev split): {"threshold": {"applies": False, "why"}}."""
-    tagger, refusal = self.setup.spec.tag_scheme, self.task.threshold_refusal
-    if tagger or refusal or "dev" not in splits:
-      why = "tagger heads decode tags, not scores" if tagger else refusal or "there is no dev split"
+    does not apply (taggers, no dev split): {"threshold": {"applies": False, "why"}}; a task that refuses it
+    (`threshold_refusal`) was refused before training (`factory.task_name`)."""
+    tagger = self.setup.spec.tag_scheme
+    if tagger or "dev" not in splits:
+      why = "tagger heads decode tags, not scores" if tagger else "there is no dev split"
       log.info("tune_threshold does not apply: %s", why)
       return {"threshold": {"applies": False, "why": why}}
     f1s = threshold_lib.scan(self, params, splits["dev"])

@@ -29,6 +29,7 @@ from gp_jax.models.scratch import ScratchConfig, ScratchEncoder
 from gp_jax.models.taggers import TAGGERS
 from gp_jax.ops import attention as ops_attention
 from gp_jax.ops import blockwise
+from gp_jax.tasks.base import threshold_config_refusal
 
 log = logging.getLogger(__name__)
 
@@ -180,14 +181,14 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
   a bert encoder is built from `encoder_config` (the HF config.json dict; default: read from `model.pretrained`)
   without reading weights; `abstract_encoder` (that encoder from `nnx.eval_shape`) is filled with the weights rather
   than traced again."""
-  spec = run_spec(config, platform)
+  spec = run_spec(config, platform)  # refuses a model.encoder not in ENCODERS (`check_choices`)
   policy = spec.precision
   dtype = DTYPES[policy.dtype]
   rngs = nnx.Rngs(params=seed, dropout=seed + 1)
   m = config.model
   if m.encoder == "scratch":
     encoder = ScratchEncoder(scratch_config(config, tokenizer, platform=policy.platform), dtype=dtype, rngs=rngs)
-  elif m.encoder == "bert":
+  else:  # bert
     overrides = {"hidden_dropout": float(m.dropout), "attention_dropout": policy.attention_dropout,
                  "attention": policy.attention, "target_platform": policy.platform, "dropout_bits": policy.dropout_bits,
                  "kernels": m.get("kernels", "auto")}
@@ -198,19 +199,18 @@ def build_model(config, tokenizer, num_types: int, *, seed: int = 0, load_weight
       hf = encoder_config or pretrained.encoder_config(m.pretrained)
       bcfg = dataclasses.replace(bert.BertConfig.from_hf_dict(hf), **overrides)
       encoder = bert.Bert(bcfg, dtype=dtype, rngs=rngs)
-  else:
-    raise UserError(f"model.encoder must be one of {ENCODERS}, got {m.encoder!r}")
   return tasks.of(spec).build_model(encoder, spec, tuple(labels), num_types=num_types,
                                     feature_names=tokenizer.feature_names, dtype=dtype, rngs=rngs)
 
 
 def task_name(config) -> str:
   """`config.task` (an older workdir's config.json has none: entities), checked: the task may refuse the config in
-  one line (`config_refusal`)."""
-  name = str(config.get("task", "entities"))
+  one line (`config_refusal`), and tune_threshold=True where it says it does not apply (`threshold_refusal`)."""
+  name = str(config.get("task", tasks.DEFAULT))
   if name not in tasks.NAMES:
     raise UserError(f"task={name!r}: expected one of {tasks.NAMES}")
-  refusal = tasks.get(name).config_refusal(config)
+  task = tasks.get(name)
+  refusal = task.config_refusal(config) or threshold_config_refusal(config, task.threshold_refusal)
   if refusal:
     raise UserError(refusal)
   return name

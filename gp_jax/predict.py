@@ -326,28 +326,31 @@ def _output_path(output: str, fmt: str) -> str:
   return output
 
 
-def _check_format_fits(fmt: str) -> None:
-  """An entity-only --output_format refused for a model whose task writes other fields (`WRITER_FIELDS`)."""
+def _check_format_fits(fmt: str, marker, where: str) -> None:
+  """An entity-only --output_format refused for a model whose task writes other fields (`WRITER_FIELDS`); `marker`:
+  the model folder's config.json or manifest (`_check_folder`), read only here, where the format needs its task."""
   # pylint: disable=g-import-not-at-top
   from gp_jax import tasks
 
   needs = WRITER_FIELDS[fmt]
   if needs is None:
     return
-  if _WORKDIR.value:
-    where, name = "workdir", storage.read_json(storage.path(_WORKDIR.value) / "config.json").get("task")
-  else:
-    where, name = "exported folder", storage.read_json(storage.path(_EXPORTED.value) / MANIFEST).get("task")
-  name = name or tasks.DEFAULT
+  name = storage.read_json(marker).get("task") or tasks.DEFAULT
   fields = tasks.host(name).OUTPUT_FIELDS
   if tuple(fields) != needs:
     raise UserError(f"--output_format={fmt} holds {', '.join(needs)} only; the {where}'s model is task={name}, whose "
                     f"records hold {', '.join(fields)}: use --output_format=jsonl")
 
 
-def _check_folder(path: str, marker: str, flag: str) -> None:
-  if not (storage.path(path) / marker).exists():
+def _check_folder():
+  """(the model folder's marker file, what messages call the folder): --workdir's config.json or --exported's
+  manifest, which must exist."""
+  flag, path, marker, where = (("workdir", _WORKDIR.value, "config.json", "workdir") if _WORKDIR.value else
+                               ("exported", _EXPORTED.value, MANIFEST, "exported folder"))
+  at = storage.path(path) / marker
+  if not at.exists():
     raise UserError(f"--{flag}={path}: no such folder, or it has no {marker}")
+  return at, where
 
 
 def _read_input(path: str, fmt: str) -> list[dict]:
@@ -360,7 +363,9 @@ def _read_input(path: str, fmt: str) -> list[dict]:
     return list(READERS[fmt](src, source=path))
 
 
-def run(argv) -> None:
+def _checked_output(argv) -> str:
+  """The checks made before the input is read or the model loads (arguments, flags, formats, paths and buckets, the
+  model folder, --threshold, the output format against the model's task) -> the output path (`_output_path`)."""
   if len(argv) > 1:
     raise UserError(f"unexpected arguments: {argv[1:]}")
   if bool(_WORKDIR.value) == bool(_EXPORTED.value):
@@ -377,12 +382,15 @@ def run(argv) -> None:
     storage.check_path(value, flag=flag)
   for flag, value in paths.items():  # gs://: storage answers and the buckets exist, before any read
     storage.check_bucket(value, flag=flag, write=flag == "output")
-  _check_folder(*((_WORKDIR.value, "config.json", "workdir") if _WORKDIR.value else
-                  (_EXPORTED.value, MANIFEST, "exported")))
+  marker, where = _check_folder()
   check_threshold(_THRESHOLD.value)
-  _check_format_fits(_OUTPUT_FORMAT.value)
-  output = _output_path(_OUTPUT.value, _OUTPUT_FORMAT.value)
+  _check_format_fits(_OUTPUT_FORMAT.value, marker, where)
+  return _output_path(_OUTPUT.value, _OUTPUT_FORMAT.value)
 
+
+def run(argv) -> None:
+  """Checks (`_checked_output`), reads the input, predicts, writes."""
+  output = _checked_output(argv)
   # An input file (or split) is read whole before the model loads: its buckets are known before compiling any.
   if _SPLIT.value:
     records = _split_records(_WORKDIR.value, _SPLIT.value)

@@ -74,7 +74,7 @@ class ExportedModel:
     m = self.manifest
     self.types = storage.read_json(root / "types.json")
     self.tokenizer = tokenizer or _load_tokenizer(root / "tokenizer")
-    self.task = m.get("task", "entities")
+    self.task = m.get("task", tasks.DEFAULT)
     self.host = tasks.host(self.task)
     self.labels, self.options = self.host.manifest_settings(m, self.types)
     # A folder written before "hit_buffers" was a list: an entity folder's one "hit_buffer".

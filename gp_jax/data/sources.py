@@ -337,9 +337,7 @@ def _user_file_records(data_cfg):
   name = data_cfg.name
   if not data_cfg.train_file:
     raise UserError(f"data.name={name!r} needs data.train_file")
-  read = read_user_file(data_cfg, data_cfg.train_file)
-  if not read:
-    raise empty_file_error(data_cfg, data_cfg.train_file, read)
+  read = _nonempty_file(data_cfg, data_cfg.train_file)
   train = list(read)
   if data_cfg.dev_file:
     dev = list(_nonempty_file(data_cfg, data_cfg.dev_file))
@@ -358,8 +356,9 @@ def _user_file_records(data_cfg):
 
 
 def _nonempty_file(data_cfg, path) -> list[Record]:
-  """A dev or test file's records; one that gives none (empty, blank, all skipped) is refused as the training file
-  is: a run without its dev or test evaluation is not what a user who named the file meant."""
+  """A user file's records (a `readers.Records`); one that gives none (empty, blank, all skipped) is refused, the
+  dev and test files as the training file: a run without its dev or test evaluation is not what a user who named
+  the file meant."""
   read = read_user_file(data_cfg, path)
   if not read:
     raise empty_file_error(data_cfg, path, read)

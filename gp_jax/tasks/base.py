@@ -53,6 +53,19 @@ def trimmed(hits) -> tuple[np.ndarray, np.ndarray]:
   return coords[:count], scores[:count]
 
 
+def capped_windows(window_index, rows) -> np.ndarray:
+  """The windows (int64 [n], repeats kept) of the batch `rows` (int64 [m]) that decoding capped: `window_index` is
+  the batch's (`window_index`, -1 on filler rows); rows past the batch and filler rows are left out."""
+  window_B = np.asarray(window_index)
+  capped = window_B[rows[rows < window_B.shape[0]]].astype(np.int64)
+  return capped[capped >= 0]
+
+
+def concat_capped(hits) -> np.ndarray:
+  """The "capped" windows of every batch's hits, in one int64 array (`warn_capped` reads it)."""
+  return np.concatenate([np.zeros(0, np.int64)] + [np.asarray(h["capped"], np.int64) for h in hits])
+
+
 def warn_capped(prepared, windows, *, what: str, why: str, shown: int = 5) -> list[str]:
   """One warning naming the records of `prepared` that lost their `what` because decoding capped their `windows`
   (window ids, repeats allowed) for the reason `why`: how many, and the ids of the first `shown`. -> those ids."""
@@ -68,6 +81,16 @@ def warn_capped(prepared, windows, *, what: str, why: str, shown: int = 5) -> li
               prepared.name, len(ids), prepared.num_records, what, windows.size, why,
               ", ".join(map(repr, ids[:shown])), more)
   return ids
+
+
+def output_records_of(output_record):
+  """A host half's `output_records` from its `output_record` (text, prediction -> the record predict writes)."""
+
+  def output_records(texts, predictions) -> list[dict]:
+    """`output_record` of each text and its prediction: what predict writes for a chunk of texts."""
+    return [output_record(t, x) for t, x in zip(texts, predictions, strict=True)]
+
+  return output_records
 
 
 def pointer_config_refusal(config, *, task: str, pointers: str) -> str | None:
@@ -86,7 +109,7 @@ def pointer_config_refusal(config, *, task: str, pointers: str) -> str | None:
 
 def threshold_config_refusal(config, why: str | None) -> str | None:
   """tune_threshold=True refused in one line where the task says `why` it does not apply (its `threshold_refusal`),
-  before training rather than after it."""
+  before training rather than after it: `factory.task_name` asks it for every task, after `config_refusal`."""
   if why and config.get("tune_threshold", False):
     return f"tune_threshold=True: {why}: set tune_threshold=False"
   return None
@@ -217,5 +240,5 @@ def run_grown(run, arrays, *, sizes, pointers):
 
 
 __all__ = ["RESULT_KEYS", "flat_result", "grown_sizes", "trimmed", "run_grown", "pointers_run_exported", "PointerTask",
-           "pointer_config_refusal", "threshold_config_refusal", "warn_capped", "count_missing_key", "save_label_file",
-           "load_label_file"]
+           "pointer_config_refusal", "threshold_config_refusal", "capped_windows", "concat_capped", "warn_capped",
+           "output_records_of", "count_missing_key", "save_label_file", "load_label_file"]

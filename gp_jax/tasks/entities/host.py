@@ -13,7 +13,7 @@ import numpy as np
 
 from gp_jax.data import merge, windows
 from gp_jax.metrics import per_record_counts, span_prf
-from gp_jax.tasks.base import trimmed
+from gp_jax.tasks.base import output_records_of, trimmed
 
 # The exported program (`gp_jax.tasks.entities.export`): no buffer-size inputs (its one buffer's size is fixed at
 # export); outputs the hits (count, coords [size, 4] as (row, type, start, end), hit_scores [size]) and the span
@@ -64,9 +64,7 @@ def output_record(text: str, prediction: Mapping) -> dict:
                        for e in prediction["entities"]]}
 
 
-def output_records(texts: Sequence[str], predictions: Sequence[Mapping]) -> list[dict]:
-  """`output_record` of each text and its prediction: what predict writes for a chunk of texts."""
-  return [output_record(t, x) for t, x in zip(texts, predictions, strict=True)]
+output_records = output_records_of(output_record)  # each text's `output_record`: what predict writes for a chunk
 
 
 def score(prepared, predictions, *, options: Mapping | None = None) -> dict:

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from gp_jax.data.events import event_types
 from gp_jax.errors import UserError
-from gp_jax.tasks.base import (PointerTask, count_missing_key, load_label_file, pointer_config_refusal, save_label_file,
-                               threshold_config_refusal)
+from gp_jax.tasks.base import PointerTask, count_missing_key, load_label_file, pointer_config_refusal, save_label_file
 from gp_jax.tasks.events import host, targets
 
 LABELS_FILE = "event_labels.json"  # a task=events workdir's event types, beside types.json
@@ -48,9 +47,9 @@ class EventTask(PointerTask):
 
   @classmethod
   def config_refusal(cls, config) -> str | None:
-    """A tagger head, a loss other than sparse ZLPR (`base.pointer_config_refusal`) or tune_threshold is refused."""
-    return (pointer_config_refusal(config, task="events", pointers="event")
-            or threshold_config_refusal(config, cls.threshold_refusal))
+    """A tagger head or a loss other than sparse ZLPR is refused (`base.pointer_config_refusal`); tune_threshold is
+    refused by `factory.task_name` (`threshold_refusal`)."""
+    return pointer_config_refusal(config, task="events", pointers="event")
 
   @classmethod
   def from_spec(cls, spec) -> EventTask:

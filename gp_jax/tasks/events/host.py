@@ -30,7 +30,8 @@ import numpy as np
 
 from gp_jax.data import merge
 from gp_jax.data.events import TRIGGER, split_class
-from gp_jax.tasks.base import RESULT_KEYS, pointers_run_exported, trimmed, warn_capped
+from gp_jax.tasks.base import (RESULT_KEYS, capped_windows, concat_capped, pointers_run_exported, trimmed,
+                               warn_capped)
 from gp_jax.tasks.events import cliques, table
 from gp_jax.tasks.events.metrics import event_prf
 from gp_jax.tasks.events.phee_score import answer_key, phee_score
@@ -145,7 +146,6 @@ def window_hits(outputs, window_index, *, types: Sequence[str] = (), options: Ma
   if counts["over_bound"]:  # `assemble` names the records in a warning
     log.info("%d (row, event type) groups hold more than %d decoded arguments (%d arguments in all): no events from "
              "them", counts["over_bound"], bound, counts["over_bound_arguments"])
-  capped = window_B[rows[rows < window_B.shape[0]]].astype(np.int64)
   events = []
   for e in grouping.events:
     w = int(window_B[e.row]) if 0 <= e.row < window_B.shape[0] else -1
@@ -158,13 +158,13 @@ def window_hits(outputs, window_index, *, types: Sequence[str] = (), options: Ma
     log.info("%d decoded cliques held several triggers: one event per trigger", counts["multi_trigger"])
   if (options or {}).get("event_grouping", "cliques") == "trigger":
     events, counts["merged"] = merge_by_trigger(events)
-  return {"events": events, "counts": counts, "capped": capped[capped >= 0]}
+  return {"events": events, "counts": counts, "capped": capped_windows(window_B, rows)}
 
 
 def concat_hits(hits: Sequence[dict]) -> dict:
   return {"events": [e for h in hits for e in h["events"]],
           "counts": {k: sum(h["counts"][k] for h in hits) for k in COUNTS},
-          "capped": np.concatenate([np.zeros(0, np.int64)] + [np.asarray(h["capped"], np.int64) for h in hits])}
+          "capped": concat_capped(hits)}
 
 
 # ----------------------------------------------------------------------------- records

@@ -17,7 +17,7 @@ from gp_jax.data.sources import relation_types as union_relation_types
 from gp_jax.data.windows import _ranges
 from gp_jax.errors import UserError
 from gp_jax.tasks.base import (RESULT_KEYS, PointerTask, count_missing_key, load_label_file, pointer_config_refusal,
-                               save_label_file, threshold_config_refusal)
+                               save_label_file)
 from gp_jax.tasks.relations import host, table
 
 RELATION_TYPES_FILE = "relation_types.json"  # a task=relations workdir's relation types, beside types.json
@@ -85,9 +85,9 @@ class RelationTask(PointerTask):
 
   @classmethod
   def config_refusal(cls, config) -> str | None:
-    """A tagger head, a loss other than sparse ZLPR (`base.pointer_config_refusal`) or tune_threshold is refused."""
-    return (pointer_config_refusal(config, task="relations", pointers="relation")
-            or threshold_config_refusal(config, cls.threshold_refusal))
+    """A tagger head or a loss other than sparse ZLPR is refused (`base.pointer_config_refusal`); tune_threshold is
+    refused by `factory.task_name` (`threshold_refusal`)."""
+    return pointer_config_refusal(config, task="relations", pointers="relation")
 
   @classmethod
   def from_spec(cls, spec) -> RelationTask:

@@ -22,7 +22,8 @@ from gp_jax.data import merge
 from gp_jax.data.relations import ROLES
 from gp_jax.metrics import bucket_counts, overlap_kinds, per_record_counts, span_prf, triple_prf
 from gp_jax.ops.relations import TRIPLE_COLUMNS, assemble_triples
-from gp_jax.tasks.base import RESULT_KEYS, pointers_run_exported, trimmed, warn_capped
+from gp_jax.tasks.base import (RESULT_KEYS, capped_windows, concat_capped, output_records_of, pointers_run_exported,
+                               trimmed, warn_capped)
 from gp_jax.tasks.relations import table
 
 log = logging.getLogger(__name__)
@@ -111,16 +112,10 @@ def _concat_columns(parts: Sequence[dict], keys) -> dict[str, np.ndarray]:
 
 def bounded_rows(entity_hits, head_hits, tail_hits, *, subject_types=None, object_types=None,
                  budget: int = MAX_CANDIDATES_PER_ROW):
-  """(head hits, tail hits, rows dropped): the pointer hits of rows whose candidates for `ops.assemble_triples`
-  (per head hit: the subjects starting at its subject token x the objects starting at its object token, each side
-  of its role's types, None: any) exceed `budget` removed; hits as `ops.relation_hits` gives them, trimmed."""
-  head, tail, rows = _bounded(entity_hits, head_hits, tail_hits, subject_types=subject_types,
-                              object_types=object_types, budget=budget)
-  return head, tail, len(rows)
-
-
-def _bounded(entity_hits, head_hits, tail_hits, *, subject_types, object_types, budget: int):
-  """`bounded_rows`, with the dropped rows' indices (int64 [n]) in place of their count."""
+  """(head hits, tail hits, the rows dropped: their indices, int64 [n]): the pointer hits of rows whose candidates
+  for `ops.assemble_triples` (per head hit: the subjects starting at its subject token x the objects starting at its
+  object token, each side of its role's types, None: any) exceed `budget` removed; hits as `ops.relation_hits`
+  gives them, trimmed."""
   (ec, _), (hc, hs), (tc, ts) = (trimmed(h) for h in (entity_hits, head_hits, tail_hits))
   ec, hc, tc = (np.asarray(c, np.int64).reshape(-1, 4) for c in (ec, hc, tc))
   if not hc.size:
@@ -148,19 +143,18 @@ def window_hits(outputs, window_index, *, types: Sequence[str] = (), options: Ma
   subject_types, object_types = role_ids(types, (options or {}).get("roles", ()))
   window_B = np.asarray(window_index)
   entity = trimmed(outputs[0])
-  head, tail, rows = _bounded(*outputs, subject_types=subject_types, object_types=object_types,
-                              budget=MAX_CANDIDATES_PER_ROW)
-  capped = window_B[rows[rows < window_B.shape[0]]].astype(np.int64)
+  head, tail, rows = bounded_rows(*outputs, subject_types=subject_types, object_types=object_types,
+                                  budget=MAX_CANDIDATES_PER_ROW)  # read at the call (tests lower it)
   triples, scores = assemble_triples((len(entity[0]), *entity), head, tail, subject_types=subject_types,
                                      object_types=object_types)
   return {"entities": merge.batch_hits(window_B, *entity), "triples": triple_columns(triples, scores, window_B),
-          "capped": capped[capped >= 0]}
+          "capped": capped_windows(window_B, rows)}
 
 
 def concat_hits(hits: Sequence[dict]) -> dict:
   return {"entities": merge.concat_hits([h["entities"] for h in hits]),
           "triples": _concat_columns([h["triples"] for h in hits], TRIPLE_KEYS + ("score",)),
-          "capped": np.concatenate([np.zeros(0, np.int64)] + [np.asarray(h["capped"], np.int64) for h in hits])}
+          "capped": concat_capped(hits)}
 
 
 # ----------------------------------------------------------------------------- records
@@ -228,9 +222,7 @@ def output_record(text: str, prediction: Mapping) -> dict:
                          "score": round(float(r["score"]), 4)} for r in prediction["relations"]]}
 
 
-def output_records(texts: Sequence[str], predictions: Sequence[Mapping]) -> list[dict]:
-  """`output_record` of each text and its prediction: what predict writes for a chunk of texts."""
-  return [output_record(t, x) for t, x in zip(texts, predictions, strict=True)]
+output_records = output_records_of(output_record)  # each text's `output_record`: what predict writes for a chunk
 
 
 # ----------------------------------------------------------------------------- the metric
