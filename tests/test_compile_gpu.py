@@ -73,6 +73,8 @@ def test_a_pretrained_encoder_is_read_from_its_config_json_alone(tmp_path):
     compiler_lib.stand_ins(config, scratch_vocab=100)
 
 
+@pytest.mark.e2e  # compiles with XLA:GPU
+@needs_gpu_compiler
 def test_tiny_steps_compile_for_h100_with_memory_against_the_allocator(tmp_path):
   from benchmarks import hlo_traffic
 
