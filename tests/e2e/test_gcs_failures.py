@@ -38,15 +38,17 @@ def _env(gcs_env, **extra) -> dict:
 
 def _start_then_lose_storage(gcs_env, workdir: str, **env):
   """A run on `workdir`; once its checkpoint of step 4 is saved, every request to the emulator has its connection
-  dropped. Returns (process, its stderr watcher)."""
+  dropped. Returns (process, its stderr watcher, the index of the line after which storage was gone)."""
   proc = zygote.popen(ht.main_command(workdir, **RUN), cwd=ht.REPO, env=_env(gcs_env, **env),
                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
   watcher = ht.LogWatcher(types.SimpleNamespace(stdout=proc.stderr))
-  if watcher.wait_for("checkpoint at step 4:", timeout=TIMEOUT) is None:
+  try:
+    gone, _ = watcher.wait_for_match("checkpoint at step 4:", timeout=TIMEOUT)
+  except AssertionError:
     proc.kill()
-    raise AssertionError(watcher.text()[-4000:])
+    raise
   set_faults(gcs_env["STORAGE_EMULATOR_HOST"], 1.0, "drop")
-  return proc, watcher
+  return proc, watcher, gone
 
 
 def _exit_status(proc, timeout: float) -> int:
@@ -65,7 +67,7 @@ def storage_back(gcs_env):
 
 def test_storage_gone_mid_run_is_one_line_after_the_save_timeout(gcs_env, storage_back):
   workdir = "gs://bucket/gone"
-  proc, watcher = _start_then_lose_storage(gcs_env, workdir, **{ckpt_lib.SAVE_TIMEOUT_ENV: "2"})
+  proc, watcher, _ = _start_then_lose_storage(gcs_env, workdir, **{ckpt_lib.SAVE_TIMEOUT_ENV: "2"})
   t0 = time.monotonic()
   rc = _exit_status(proc, timeout=60)  # was: never (SIGKILL only)
   err = watcher.text()
@@ -86,11 +88,13 @@ def test_storage_gone_mid_run_is_one_line_after_the_save_timeout(gcs_env, storag
                          ids=["SIGTERM", "SIGINT"])
 def test_sigterm_and_ctrl_c_while_waiting_for_the_save_stop_at_once(gcs_env, storage_back, sig, code, who):
   workdir = f"gs://bucket/stopped_{who.lower().replace('-', '')}"
-  proc, watcher = _start_then_lose_storage(gcs_env, workdir, **{ckpt_lib.SAVE_TIMEOUT_ENV: "10",
-                                                                  ckpt_lib.SIGNAL_GRACE_ENV: "1"})
-  if watcher.wait_for("is still running after", timeout=30) is None:  # GP_JAX_SAVE_TIMEOUT_S / 10: 1 s in
+  proc, watcher, gone = _start_then_lose_storage(gcs_env, workdir, **{ckpt_lib.SAVE_TIMEOUT_ENV: "10",
+                                                                        ckpt_lib.SIGNAL_GRACE_ENV: "1"})
+  try:  # a wait after storage went (GP_JAX_SAVE_TIMEOUT_S / 10: 1 s in); a slow save before it also says so
+    watcher.wait_for_match("is still running after", after=gone + 1, timeout=30)
+  except AssertionError:
     proc.kill()
-    raise AssertionError(watcher.text()[-4000:])
+    raise
   proc.send_signal(sig)
   t0 = time.monotonic()
   rc = _exit_status(proc, timeout=20)  # was: SIGTERM ignored, Ctrl-C turned into a save that never came
